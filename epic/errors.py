@@ -1,0 +1,62 @@
+"""The error hierarchy of epic: one base class and a few children, all in this module."""
+
+from __future__ import annotations
+
+__all__ = [
+    "EpicError",
+    "SpecError",
+    "TopologyError",
+    "InputError",
+    "StateError",
+    "NodeFailure",
+]
+
+
+class EpicError(Exception):
+    """Base class of every error epic raises on purpose."""
+
+
+class SpecError(EpicError, ValueError):
+    """A window, aggregate or operator spec is invalid (raised when the spec is built)."""
+
+
+class TopologyError(EpicError):
+    """A topology is invalid: names, wiring, cycles, schemas. Raised when it is built or validated."""
+
+
+class InputError(EpicError):
+    """Bad input data: names the file, line, field and value where known."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 field: str | None = None, value: object = None):
+        where = []
+        if path is not None:
+            where.append(str(path))
+        if line is not None:
+            where.append(f"line {line}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = (":".join(where[:2]) + (f", {where[2]}" if len(where) > 2 else "")) if where else ""
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+        self.path = path
+        self.line = line
+        self.field = field
+        self.value = value
+
+
+class StateError(EpicError):
+    """Operator state could not be snapshotted or restored (wrong format, version or content)."""
+
+
+class NodeFailure(EpicError):
+    """A user function inside a node raised. Names the node, the function and the batch."""
+
+    def __init__(self, node: str, function: str, batch: object, cause: BaseException):
+        super().__init__(
+            f"node {node!r}: user function {function} raised {type(cause).__name__}: {cause}"
+            f" (input batch {batch})"
+        )
+        self.node = node
+        self.function = function
+        self.batch = batch
+        self.cause = cause

@@ -1,0 +1,52 @@
+"""The runtime contract every node's logic fulfils, whatever runs it.
+
+A node in a topology is a frozen *config*; the runtime asks it for an :class:`Operator`, the *logic*,
+and drives it. The same operator code runs in the in-process runner (``epic run``) and inside
+Spark tasks (``epic deploy``), so it must not touch sessions, files or clocks.
+
+Call order, for one operator instance::
+
+    op = config.build(...)          # fresh state
+    [op.restore(snapshot_bytes)]    # optional, before anything else
+    (op.on_batch(batch) | op.on_watermark(wm))*   # any interleaving
+    op.on_end()                     # once: the input is finished; flush every window and timer
+    op.snapshot()                   # allowed between any two calls above
+
+Each ``on_*`` call returns a list of output ``pyarrow.RecordBatch`` objects (possibly empty), all of
+the operator's declared output schema. Watermarks are integers in the stream's time unit and mean:
+no element with a smaller event time will arrive any more.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import pyarrow as pa
+
+__all__ = ["Operator", "ENTRY_COLUMN"]
+
+#: Reserved column carrying, per row, the wall-clock arrival time (ns since the epoch) of the newest
+#: input row that contributed to it (EPIC's delay logging). Operators propagate it when present.
+ENTRY_COLUMN = "_entry"
+
+
+@runtime_checkable
+class Operator(Protocol):
+    """Runtime logic of one node (see the module docstring for the call order)."""
+
+    output_schema: pa.Schema
+
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """Consume one input batch; return the output it makes complete."""
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        """Event time has reached ``watermark``; emit whatever that completes."""
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        """The input has ended: emit everything still pending."""
+
+    def snapshot(self) -> bytes:
+        """The full state as msgpack bytes (never pickle)."""
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state with one produced by :meth:`snapshot`."""
