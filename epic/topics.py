@@ -1,0 +1,901 @@
+"""Arrow topics: durable, append-only streams of record batches that link the nodes of a deploy.
+
+A topic is a directory (on any pyarrow filesystem: local, HDFS, a shared mount...)::
+
+    DIR/
+      _topic.json                 manifest: schema, time column and unit, topic id
+      segments/
+        00000000000000000042.node_a.b7.p0of2.r1000.arrow     one committed segment
+        00000000000000000043.node_a.b7.p1of2.r980.arrow
+        _tmp/                     temp files of writers; never read
+      consumers/<name>            a consumer's commit position (JSON)
+
+**Segments.** Each segment is one Arrow IPC *stream* file. Its file name carries, in order: the
+sequence number (20 digits, so names sort by it), the producer id, the producer's batch id, the part
+index and part count of that batch, and the row count. Its schema metadata carries the producer id,
+the batch id, the producer's watermark (an int in the topic's time unit, absent when unknown) and an
+end-of-stream flag; an end-of-stream segment may have zero rows. The metadata is plain strings; topic
+files never contain pickles.
+
+**Visibility.** A writer writes, flushes and fsyncs a temp file under ``segments/_tmp`` and then a
+single committer renames it to its final name (an atomic rename within one directory). The parts of
+one batch get consecutive sequence numbers and are renamed in part order; readers only see a batch
+whose parts are *all* present, so a batch becomes visible atomically with the rename of its last
+part. A final file that does not end with the IPC end-of-stream marker (truncated) is ignored, and
+so is everything under ``_tmp``.
+
+**Exactly once.** :meth:`Topic.commit_batch` is idempotent per ``(producer, batch_id)``: if the batch
+(or a later batch of the same producer) is already complete, the new temps are deleted; if only some
+parts were renamed before a crash, those invisible parts are deleted and the batch is committed anew.
+A topic has one writing producer at a time (sequence numbers are allocated as ``max + 1``).
+
+**Readers** list segments (sequence numbers are *not* contiguous: never compute the next one), read
+from an offset, and record their position under ``consumers/``. :meth:`Topic.apply_retention`
+deletes segments that every registered consumer has committed past, always keeping the newest
+segment so sequence numbers and batch ids stay monotonic.
+
+Example:
+    >>> import pyarrow as pa, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> t = Topic.create(d + "/t", pa.schema([("ts", pa.int64())]), time_column="ts")
+    >>> tmp = t.write_temp([pa.record_batch([[1, 2]], names=["ts"])], producer="p", batch_id=0)
+    >>> [s.seq for s in t.commit_batch("p", 0, [tmp], watermark=2)]
+    [0]
+    >>> t.read_table().column("ts").to_pylist()
+    [1, 2]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+
+from epic.errors import EpicError, InputError, TopologyError
+
+__all__ = [
+    "Topic",
+    "TopicManifest",
+    "SegmentInfo",
+    "SegmentMeta",
+    "TempSegment",
+    "TopicStatus",
+    "TopicStat",
+    "TIME_UNITS",
+    "ls",
+    "tail",
+    "stat",
+    "format_ls",
+    "format_tail",
+    "format_stat",
+]
+
+#: Time units a topic may declare for its integer event-time column.
+TIME_UNITS = ("s", "ms", "us", "ns", "ps")
+
+MANIFEST_NAME = "_topic.json"
+SEGMENTS_DIR = "segments"
+TMP_DIR = "_tmp"
+CONSUMERS_DIR = "consumers"
+FORMAT_VERSION = 1
+
+_META_PRODUCER = b"epic.producer"
+_META_BATCH = b"epic.batch_id"
+_META_WATERMARK = b"epic.watermark"
+_META_EOS = b"epic.eos"
+_META_VERSION = b"epic.segment_version"
+
+# What ipc.new_stream writes on close: continuation token + zero length. A final segment lacking it
+# was cut short (it cannot come from our writer, which renames only after close and fsync).
+_IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+_NAME_RE = re.compile(
+    r"^(?P<seq>\d{20})\.(?P<producer>[A-Za-z0-9_-]+)\.b(?P<batch>\d+)"
+    r"\.p(?P<part>\d+)of(?P<parts>\d+)\.r(?P<rows>\d+)\.arrow$"
+)
+_PRODUCER_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_CONSUMER_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class TopicManifest:
+    """What a topic holds, written once at creation into ``_topic.json``.
+
+    Attributes:
+        schema: Arrow schema of every segment (segment metadata aside).
+        time_column: Name of the integer event-time column, or None for an untimed topic.
+        time_unit: Unit of ``time_column`` and of watermarks (one of :data:`TIME_UNITS`).
+        topic_id: Random id fixed at creation; lets offsets tell a re-created topic apart.
+    """
+
+    schema: pa.Schema
+    time_column: str | None = None
+    time_unit: str = "ms"
+    topic_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> str:
+        """Serialise to JSON (the schema as base64 Arrow IPC, so every Arrow type survives)."""
+        import base64
+
+        return json.dumps(
+            {
+                "format": "epic-topic",
+                "version": FORMAT_VERSION,
+                "topic_id": self.topic_id,
+                "time_column": self.time_column,
+                "time_unit": self.time_unit,
+                "schema_ipc": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
+                # Human-readable copy for people inspecting the directory; not read back.
+                "schema": [f"{f.name}: {f.type}{'' if f.nullable else ' not null'}"
+                           for f in self.schema],
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, *, path: str = MANIFEST_NAME) -> TopicManifest:
+        """Parse the output of :meth:`to_json`."""
+        import base64
+
+        try:
+            d = json.loads(text)
+            if d.get("format") != "epic-topic":
+                raise ValueError("not an epic topic manifest")
+            if d.get("version") != FORMAT_VERSION:
+                raise ValueError(f"unsupported version {d.get('version')!r}")
+            schema = ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema_ipc"])))
+            return cls(schema=schema, time_column=d["time_column"], time_unit=d["time_unit"],
+                       topic_id=d["topic_id"])
+        except (ValueError, KeyError, TypeError, pa.ArrowInvalid) as e:
+            raise InputError(f"invalid topic manifest: {e}", path=path) from e
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """A committed segment as listed from its file name (no file is opened).
+
+    Attributes:
+        seq: Sequence number; increasing, with gaps.
+        producer: Id of the producer that committed it.
+        batch_id: The producer's batch id (a Spark micro-batch id for the Spark sink).
+        part: Index of this segment among the parts of its batch.
+        parts: Number of parts of its batch.
+        rows: Number of rows.
+        path: Path of the file in the topic's filesystem.
+        size: File size in bytes.
+    """
+
+    seq: int
+    producer: str
+    batch_id: int
+    part: int
+    parts: int
+    rows: int
+    path: str
+    size: int
+
+    @property
+    def name(self) -> str:
+        """The file name."""
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class SegmentMeta:
+    """The metadata a segment carries in its Arrow schema.
+
+    Attributes:
+        producer: Producer id.
+        batch_id: Producer's batch id.
+        watermark: Producer's watermark after this segment (topic time unit), None if unknown.
+        eos: True if the producer declared the end of its stream with this segment.
+    """
+
+    producer: str
+    batch_id: int
+    watermark: int | None = None
+    eos: bool = False
+
+    def to_metadata(self) -> dict[bytes, bytes]:
+        """Encode as Arrow schema metadata (plain strings)."""
+        md = {
+            _META_VERSION: str(FORMAT_VERSION).encode(),
+            _META_PRODUCER: self.producer.encode(),
+            _META_BATCH: str(self.batch_id).encode(),
+            _META_EOS: b"1" if self.eos else b"0",
+        }
+        if self.watermark is not None:
+            md[_META_WATERMARK] = str(int(self.watermark)).encode()
+        return md
+
+    @classmethod
+    def from_metadata(cls, md: dict[bytes, bytes] | None) -> SegmentMeta:
+        """Decode what :meth:`to_metadata` wrote."""
+        md = md or {}
+        wm = md.get(_META_WATERMARK)
+        return cls(
+            producer=md.get(_META_PRODUCER, b"").decode(),
+            batch_id=int(md.get(_META_BATCH, b"-1")),
+            watermark=int(wm) if wm is not None else None,
+            eos=md.get(_META_EOS) == b"1",
+        )
+
+
+@dataclass(frozen=True)
+class TempSegment:
+    """A written, fsynced, not yet visible segment: what a writer task hands to the committer.
+
+    Attributes:
+        path: Path of the temp file.
+        producer: Producer id.
+        batch_id: Batch id.
+        part: The writer's partition index (orders the parts of a batch).
+        rows: Rows written.
+    """
+
+    path: str
+    producer: str
+    batch_id: int
+    part: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class TopicStatus:
+    """Where a topic's stream stands, from its newest segment.
+
+    Attributes:
+        last_seq: Sequence number of the newest visible segment, None if empty.
+        next_offset: Offset just past the newest segment (what a reader that read it all holds).
+        watermark: Watermark of the newest segment that carries one, None if none does.
+        eos: Whether the newest segment marks the end of the stream.
+    """
+
+    last_seq: int | None
+    next_offset: int
+    watermark: int | None
+    eos: bool
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def _resolve(path: str | os.PathLike, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
+    path = os.fspath(path)
+    if filesystem is not None:
+        return filesystem, path.rstrip("/")
+    if _is_uri(path):
+        fs, p = pafs.FileSystem.from_uri(path)
+        return fs, p.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+def _fsync_local(fs: pafs.FileSystem, path: str, *, directory: bool = False) -> None:
+    """Force data (or a directory entry) to disk; only meaningful, and only done, on local disks.
+
+    pyarrow output streams expose no fsync, so the file is reopened: fsync on any descriptor of a
+    file flushes that file's dirty pages on Linux.
+    """
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _segment_name(seq: int, producer: str, batch_id: int, part: int, parts: int, rows: int) -> str:
+    return f"{seq:020d}.{producer}.b{batch_id}.p{part}of{parts}.r{rows}.arrow"
+
+
+def _check_producer(producer: str) -> None:
+    if not _PRODUCER_RE.match(producer or ""):
+        raise EpicError(
+            f"invalid producer id {producer!r}: use letters, digits, '_' and '-' only"
+            " (it becomes part of segment file names)"
+        )
+
+
+class Topic:
+    """One Arrow topic directory. Cheap to construct; holds no open files.
+
+    Instances are picklable (the filesystem and paths only), so Spark can ship them to executors.
+    Use :meth:`create` or :meth:`open` rather than the constructor.
+    """
+
+    def __init__(self, fs: pafs.FileSystem, root: str, manifest: TopicManifest, uri: str):
+        self.fs = fs
+        self.root = root
+        self.manifest = manifest
+        self.uri = uri
+        self._valid: dict[tuple[str, int], bool] = {}  # (name, size) -> tail check result
+
+    def __getstate__(self):
+        # The validation cache is per process; a fresh one is cheap to rebuild.
+        return {"fs": self.fs, "root": self.root, "manifest_json": self.manifest.to_json(),
+                "uri": self.uri}
+
+    def __setstate__(self, state):
+        self.__init__(state["fs"], state["root"], TopicManifest.from_json(state["manifest_json"]),
+                      state["uri"])
+
+    def __repr__(self) -> str:
+        return f"Topic({self.uri!r})"
+
+    # -- creation ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, schema: pa.Schema, *, time_column: str | None = None,
+               time_unit: str = "ms", exist_ok: bool = False,
+               filesystem: pafs.FileSystem | None = None) -> Topic:
+        """Create a topic (or, with ``exist_ok``, open an existing one with the same schema).
+
+        Args:
+            path: Local path or any pyarrow filesystem URI (``file:///``, ``hdfs://``, ...).
+            schema: Arrow schema of the topic's rows.
+            time_column: Integer event-time column, if the stream is timed.
+            time_unit: Unit of ``time_column`` and watermarks, one of :data:`TIME_UNITS`.
+            exist_ok: Open an existing topic instead of failing; its schema must equal ``schema``.
+            filesystem: Filesystem to use with a plain ``path`` (default: from the URI / local).
+
+        Raises:
+            TopologyError: The time column or unit is invalid, or an existing topic differs.
+            EpicError: The topic exists and ``exist_ok`` is false.
+        """
+        if time_unit not in TIME_UNITS:
+            raise TopologyError(f"topic {os.fspath(path)}: time_unit {time_unit!r} is not one of"
+                                f" {TIME_UNITS}")
+        if time_column is not None:
+            if time_column not in schema.names:
+                raise TopologyError(f"topic {os.fspath(path)}: time_column {time_column!r} is not"
+                                    f" in the schema {schema.names}")
+            if not pa.types.is_integer(schema.field(time_column).type):
+                raise TopologyError(
+                    f"topic {os.fspath(path)}: time_column {time_column!r} has type"
+                    f" {schema.field(time_column).type}; event time must be an integer column"
+                    " (convert timestamps to integers at the source)")
+        fs, root = _resolve(path, filesystem)
+        manifest_path = f"{root}/{MANIFEST_NAME}"
+        if fs.get_file_info(manifest_path).type != pafs.FileType.NotFound:
+            if not exist_ok:
+                raise EpicError(f"topic {os.fspath(path)} already exists")
+            topic = cls.open(path, filesystem=filesystem)
+            if not topic.schema.equals(schema.remove_metadata()):
+                raise TopologyError(
+                    f"topic {os.fspath(path)} exists with schema {topic.schema} but the writer"
+                    f" has {schema}; delete the topic or fix the node's output schema")
+            return topic
+        manifest = TopicManifest(schema=schema.remove_metadata(), time_column=time_column,
+                                 time_unit=time_unit)
+        for d in (root, f"{root}/{SEGMENTS_DIR}/{TMP_DIR}", f"{root}/{CONSUMERS_DIR}"):
+            fs.create_dir(d, recursive=True)
+        _atomic_write(fs, manifest_path, manifest.to_json().encode())
+        return cls(fs, root, manifest, os.fspath(path))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, filesystem: pafs.FileSystem | None = None) -> Topic:
+        """Open an existing topic.
+
+        Raises:
+            InputError: There is no topic manifest at ``path``.
+        """
+        fs, root = _resolve(path, filesystem)
+        manifest_path = f"{root}/{MANIFEST_NAME}"
+        try:
+            with fs.open_input_stream(manifest_path) as f:
+                text = f.read().decode()
+        except (FileNotFoundError, OSError) as e:
+            raise InputError(f"not a topic (no {MANIFEST_NAME}): {e}", path=os.fspath(path)) from e
+        return cls(fs, root, TopicManifest.from_json(text, path=manifest_path), os.fspath(path))
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The rows' Arrow schema."""
+        return self.manifest.schema
+
+    @property
+    def segments_dir(self) -> str:
+        return f"{self.root}/{SEGMENTS_DIR}"
+
+    @property
+    def tmp_dir(self) -> str:
+        return f"{self.root}/{SEGMENTS_DIR}/{TMP_DIR}"
+
+    # -- listing ----------------------------------------------------------------------------
+
+    def _list_final(self) -> list[SegmentInfo]:
+        """Every well-named final file, complete batch or not, truncated or not, by seq."""
+        out = []
+        for fi in self.fs.get_file_info(pafs.FileSelector(self.segments_dir, allow_not_found=True)):
+            if fi.type != pafs.FileType.File:
+                continue
+            m = _NAME_RE.match(fi.base_name)
+            if not m:
+                continue
+            out.append(SegmentInfo(seq=int(m["seq"]), producer=m["producer"],
+                                   batch_id=int(m["batch"]), part=int(m["part"]),
+                                   parts=int(m["parts"]), rows=int(m["rows"]), path=fi.path,
+                                   size=fi.size))
+        out.sort(key=lambda s: s.seq)
+        return out
+
+    def _is_intact(self, s: SegmentInfo) -> bool:
+        key = (s.name, s.size)
+        ok = self._valid.get(key)
+        if ok is None:
+            try:
+                with self.fs.open_input_file(s.path) as f:
+                    ok = s.size >= len(_IPC_EOS) and f.read_at(len(_IPC_EOS),
+                                                                 s.size - len(_IPC_EOS)) == _IPC_EOS
+            except (FileNotFoundError, OSError):
+                return False  # deleted by retention meanwhile: not cached, simply absent
+            if not ok:
+                warnings.warn(f"topic {self.uri}: ignoring truncated segment {s.name}",
+                              stacklevel=3)
+            self._valid[key] = ok
+        return ok
+
+    def segments(self, start: int = 0, end: int | None = None) -> list[SegmentInfo]:
+        """Visible segments with ``start <= seq < end``, in sequence order.
+
+        A segment is visible when every part of its batch is present and intact. Sequence numbers
+        have gaps: iterate over this list, never compute the next number.
+        """
+        finals = self._list_final()
+        groups: dict[tuple[str, int], list[SegmentInfo]] = {}
+        for s in finals:
+            groups.setdefault((s.producer, s.batch_id), []).append(s)
+        visible = []
+        for s in finals:
+            if s.seq < start or (end is not None and s.seq >= end):
+                continue
+            g = groups[(s.producer, s.batch_id)]
+            if len(g) != s.parts or {x.part for x in g} != set(range(s.parts)):
+                continue
+            if all(self._is_intact(x) for x in g):
+                visible.append(s)
+        return visible
+
+    def segment_meta(self, segment: SegmentInfo | str) -> SegmentMeta:
+        """Read a segment's metadata (its schema message only, not its data)."""
+        path = segment.path if isinstance(segment, SegmentInfo) else segment
+        with self.fs.open_input_stream(path) as f:
+            return SegmentMeta.from_metadata(ipc.open_stream(f).schema.metadata)
+
+    def status(self) -> TopicStatus:
+        """Newest visible segment's sequence number, watermark and end-of-stream flag.
+
+        This is how a driver learns that an upstream topic has ended (``status().eos``).
+        """
+        segs = self.segments()
+        if not segs:
+            return TopicStatus(last_seq=None, next_offset=0, watermark=None, eos=False)
+        last = segs[-1]
+        meta = self.segment_meta(last)
+        wm = meta.watermark
+        # A producer may commit segments without a watermark after ones with one; the watermark
+        # never goes back, so the newest one that has it holds.
+        for s in reversed(segs[:-1]):
+            if wm is not None:
+                break
+            wm = self.segment_meta(s).watermark
+        return TopicStatus(last_seq=last.seq, next_offset=last.seq + 1, watermark=wm, eos=meta.eos)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read_segment(self, segment: SegmentInfo | str) -> tuple[SegmentMeta, list[pa.RecordBatch]]:
+        """Read one whole segment: its metadata and its record batches (schema metadata removed)."""
+        path = segment.path if isinstance(segment, SegmentInfo) else segment
+        with self.fs.open_input_stream(path) as f:
+            reader = ipc.open_stream(f)
+            meta = SegmentMeta.from_metadata(reader.schema.metadata)
+            batches = [b.replace_schema_metadata(None) for b in reader]
+        return meta, batches
+
+    def read(self, start: int = 0, end: int | None = None
+             ) -> Iterator[tuple[SegmentInfo, SegmentMeta, list[pa.RecordBatch]]]:
+        """Yield ``(info, meta, batches)`` for each visible segment with ``start <= seq < end``."""
+        for s in self.segments(start, end):
+            meta, batches = self.read_segment(s)
+            yield s, meta, batches
+
+    def read_table(self, start: int = 0, end: int | None = None) -> pa.Table:
+        """All rows of the visible segments with ``start <= seq < end`` as one table."""
+        batches = [b for _, _, bs in self.read(start, end) for b in bs]
+        return pa.Table.from_batches(batches, schema=self.schema)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Re-label ``batch`` with the topic schema (zero-copy), or explain the mismatch.
+
+        Raises:
+            TopologyError: Column names or types differ from the topic's.
+        """
+        if batch.schema.equals(self.schema):
+            return batch
+        if batch.schema.names != self.schema.names or any(
+                a.type != b.type for a, b in zip(batch.schema, self.schema)):
+            raise TopologyError(
+                f"topic {self.uri}: schema mismatch: the topic has"
+                f" [{', '.join(f'{f.name}: {f.type}' for f in self.schema)}] but a batch has"
+                f" [{', '.join(f'{f.name}: {f.type}' for f in batch.schema)}];"
+                " fix the producing node's output schema or write to a new topic")
+        return pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
+
+    def open_temp(self, *, producer: str, batch_id: int, part: int = 0,
+                  watermark: int | None = None, eos: bool = False) -> TempWriter:
+        """Start a temp segment to write batches into incrementally (see :class:`TempWriter`)."""
+        _check_producer(producer)
+        return TempWriter(self, SegmentMeta(producer, batch_id, watermark, eos), part)
+
+    def write_temp(self, batches: Iterable[pa.RecordBatch], *, producer: str, batch_id: int,
+                   part: int = 0, watermark: int | None = None, eos: bool = False) -> TempSegment:
+        """Write ``batches`` to a durable temp file (invisible until :meth:`commit_batch`)."""
+        with self.open_temp(producer=producer, batch_id=batch_id, part=part,
+                            watermark=watermark, eos=eos) as w:
+            for b in batches:
+                w.write(b)
+        return w.result
+
+    def commit_batch(self, producer: str, batch_id: int, temps: Sequence[TempSegment | None], *,
+                     watermark: int | None = None, eos: bool = False,
+                     write_marker: bool | None = None) -> list[SegmentInfo]:
+        """Make a batch's temp segments visible, exactly once per ``(producer, batch_id)``.
+
+        Steps: if this batch or a later batch of ``producer`` is complete, the temps are replays
+        and are deleted; otherwise the invisible leftovers of an interrupted earlier commit of this
+        batch are deleted, then the non-empty temps are renamed, in part order, to consecutive
+        sequence numbers after the newest final file. Finally the producer's stale temp files
+        (failed task attempts) are removed.
+
+        Args:
+            producer: Producer id (one producer writes a topic at a time).
+            batch_id: The producer's batch id; batch ids of a producer never decrease.
+            temps: The batch's temp segments (``None`` and zero-row entries are skipped).
+            watermark: Watermark for a marker segment written when no temp has rows.
+            eos: End-of-stream flag for such a marker segment.
+            write_marker: Write a zero-row marker segment when no temp has rows. Default: only
+                when it carries news (``eos``, or a watermark newer than the producer's last).
+
+        Returns:
+            The batch's visible segments (the earlier ones on a replay), empty if nothing to write.
+        """
+        _check_producer(producer)
+        finals = self._list_final()
+        mine = [s for s in finals if s.producer == producer]
+        done = [s for s in mine if s.batch_id >= batch_id and self._group_complete(s, mine)]
+        if done:
+            self._delete([t.path for t in temps if t is not None])
+            self._clean_tmp(producer, batch_id)
+            return [s for s in done if s.batch_id == batch_id]
+        leftovers = [s for s in mine if s.batch_id == batch_id]
+        self._delete([s.path for s in leftovers])
+        finals = [s for s in finals if s not in leftovers]
+
+        full = sorted((t for t in temps if t is not None and t.rows > 0), key=lambda t: t.part)
+        self._delete([t.path for t in temps if t is not None and t.rows == 0])
+        if not full:
+            if write_marker is None:
+                write_marker = eos or (watermark is not None and self._news(mine, watermark))
+            if not write_marker:
+                self._clean_tmp(producer, batch_id)
+                return []
+            full = [self.write_temp([], producer=producer, batch_id=batch_id,
+                                    watermark=watermark, eos=eos)]
+        seq0 = finals[-1].seq + 1 if finals else 0
+        out = []
+        for i, t in enumerate(full):
+            name = _segment_name(seq0 + i, producer, batch_id, i, len(full), t.rows)
+            dest = f"{self.segments_dir}/{name}"
+            self.fs.move(t.path, dest)
+            out.append(SegmentInfo(seq0 + i, producer, batch_id, i, len(full), t.rows, dest,
+                                   self.fs.get_file_info(dest).size))
+        _fsync_local(self.fs, self.segments_dir, directory=True)
+        self._clean_tmp(producer, batch_id)
+        return out
+
+    def append(self, batches: Iterable[pa.RecordBatch], *, producer: str, batch_id: int,
+               watermark: int | None = None, eos: bool = False) -> list[SegmentInfo]:
+        """Write and commit one single-part batch (for producers outside Spark, and tests)."""
+        tmp = self.write_temp(batches, producer=producer, batch_id=batch_id, watermark=watermark,
+                              eos=eos)
+        return self.commit_batch(producer, batch_id, [tmp], watermark=watermark, eos=eos)
+
+    def append_marker(self, *, producer: str, batch_id: int, watermark: int | None = None,
+                      eos: bool = False) -> list[SegmentInfo]:
+        """Commit a zero-row segment that only carries a watermark and/or end of stream."""
+        return self.commit_batch(producer, batch_id, [], watermark=watermark, eos=eos,
+                                 write_marker=True)
+
+    def last_batch_id(self, producer: str) -> int | None:
+        """Highest complete batch id of ``producer``, None if it has committed nothing visible."""
+        ids = [s.batch_id for s in self.segments() if s.producer == producer]
+        return max(ids) if ids else None
+
+    def _news(self, mine: list[SegmentInfo], watermark: int) -> bool:
+        for s in reversed(mine):
+            wm = self.segment_meta(s).watermark
+            if wm is not None:
+                return watermark > wm
+        return True
+
+    @staticmethod
+    def _group_complete(s: SegmentInfo, mine: list[SegmentInfo]) -> bool:
+        parts = {x.part for x in mine if x.batch_id == s.batch_id}
+        return parts == set(range(s.parts))
+
+    def _delete(self, paths: Iterable[str]) -> None:
+        for p in paths:
+            try:
+                self.fs.delete_file(p)
+            except (FileNotFoundError, OSError):
+                pass  # already gone: deletion is idempotent by design
+
+    def _clean_tmp(self, producer: str, batch_id: int) -> None:
+        """Delete ``producer``'s temps of batches up to ``batch_id``: all such writers are done."""
+        stale = []
+        for fi in self.fs.get_file_info(pafs.FileSelector(self.tmp_dir, allow_not_found=True)):
+            parts = fi.base_name.split(".")
+            if len(parts) >= 3 and parts[0] == producer and parts[1].startswith("b"):
+                try:
+                    if int(parts[1][1:]) <= batch_id:
+                        stale.append(fi.path)
+                except ValueError:
+                    continue
+        self._delete(stale)
+
+    # -- consumers and retention --------------------------------------------------------------
+
+    def _consumer_path(self, name: str) -> str:
+        if not _CONSUMER_RE.match(name or ""):
+            raise EpicError(f"invalid consumer name {name!r}: use letters, digits, '_', '.', '-'")
+        return f"{self.root}/{CONSUMERS_DIR}/{name}"
+
+    def register_consumer(self, name: str) -> int:
+        """Register ``name`` (position 0 if new) so retention waits for it; return its position."""
+        pos = self.consumers().get(name)
+        if pos is None:
+            self.commit_consumer(name, 0)
+            pos = 0
+        return pos
+
+    def commit_consumer(self, name: str, position: int) -> None:
+        """Record that consumer ``name`` has processed every segment with ``seq < position``.
+
+        Positions never go back: a smaller position than the recorded one is ignored (a replayed
+        commit after a restart).
+        """
+        path = self._consumer_path(name)
+        old = self.consumers().get(name)
+        if old is not None and position <= old:
+            return
+        _atomic_write(self.fs, path, json.dumps({"position": int(position)}).encode())
+
+    def unregister_consumer(self, name: str) -> None:
+        """Forget consumer ``name``: retention no longer waits for it."""
+        self._delete([self._consumer_path(name)])
+
+    def consumers(self) -> dict[str, int]:
+        """Registered consumers and their positions."""
+        out = {}
+        for fi in self.fs.get_file_info(pafs.FileSelector(f"{self.root}/{CONSUMERS_DIR}",
+                                                          allow_not_found=True)):
+            if fi.type != pafs.FileType.File or fi.base_name.startswith("."):
+                continue
+            try:
+                with self.fs.open_input_stream(fi.path) as f:
+                    out[fi.base_name] = int(json.loads(f.read())["position"])
+            except (ValueError, KeyError, OSError):
+                continue  # a half-written file cannot exist (atomic write); skip foreign files
+        return out
+
+    def apply_retention(self) -> list[SegmentInfo]:
+        """Delete segments every registered consumer has committed past; return them.
+
+        Nothing is deleted without registered consumers. The newest final segment is always kept:
+        sequence numbers and replay detection continue from it.
+        """
+        cons = self.consumers()
+        if not cons:
+            return []
+        low = min(cons.values())
+        finals = self._list_final()
+        if not finals:
+            return []
+        newest = finals[-1].seq
+        doomed = [s for s in finals if s.seq < low and s.seq != newest]
+        self._delete([s.path for s in doomed])
+        return doomed
+
+
+class TempWriter:
+    """Writes one temp segment incrementally; on a clean ``close`` the file is flushed and fsynced.
+
+    Opened lazily: no file exists until the first batch (or ``close`` of an empty writer, which
+    writes a zero-row segment). Use as a context manager; an exception deletes the temp file.
+    """
+
+    def __init__(self, topic: Topic, meta: SegmentMeta, part: int):
+        self.topic = topic
+        self.meta = meta
+        self.part = part
+        self.rows = 0
+        self.path = (f"{topic.tmp_dir}/{meta.producer}.b{meta.batch_id}.p{part}."
+                     f"{uuid.uuid4().hex}.arrow")
+        self._sink = None
+        self._writer = None
+        self.result: TempSegment | None = None
+
+    def _open(self) -> None:
+        self._sink = self.topic.fs.open_output_stream(self.path)
+        schema = self.topic.schema.with_metadata(self.meta.to_metadata())
+        self._writer = ipc.new_stream(self._sink, schema)
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Append rows (a batch or a table) after checking them against the topic schema."""
+        if self._writer is None:
+            self._open()
+        if isinstance(batch, pa.Table):
+            for b in batch.to_batches():
+                self.write(b)
+            return
+        self._writer.write_batch(self.topic.conform(batch))
+        self.rows += batch.num_rows
+
+    def close(self) -> TempSegment:
+        """Finish the file (IPC end marker), flush and fsync it; return the :class:`TempSegment`."""
+        if self._writer is None:
+            self._open()
+        self._writer.close()
+        self._sink.close()
+        _fsync_local(self.topic.fs, self.path)
+        self.result = TempSegment(self.path, self.meta.producer, self.meta.batch_id, self.part,
+                                  self.rows)
+        return self.result
+
+    def discard(self) -> None:
+        """Abandon the file."""
+        try:
+            if self._writer is not None:
+                self._sink.close()
+        finally:
+            self.topic._delete([self.path])
+
+    def __enter__(self) -> TempWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
+
+
+def _atomic_write(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write a small file so that readers see either the old or the new content, never a part."""
+    d, name = path.rsplit("/", 1)
+    tmp = f"{d}/.{name}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(tmp) as f:
+        f.write(data)
+    _fsync_local(fs, tmp)
+    fs.move(tmp, path)
+    _fsync_local(fs, d, directory=True)
+
+
+# -- inspection helpers for `epic topics ls|tail|stat` -------------------------------------------
+
+@dataclass(frozen=True)
+class TopicStat:
+    """Summary of a topic for ``epic topics stat``.
+
+    Attributes:
+        uri: The topic path or URI.
+        manifest: Its manifest.
+        segments: Visible segments.
+        rows: Total visible rows.
+        bytes: Total visible bytes.
+        first_seq: Smallest visible sequence number, None if empty.
+        status: Newest segment's position, watermark and end-of-stream flag.
+        consumers: Registered consumers and positions.
+        hidden_files: Final files not visible (incomplete batch or truncated).
+        temp_files: Files under ``_tmp`` (in-flight writes or orphans).
+    """
+
+    uri: str
+    manifest: TopicManifest
+    segments: int
+    rows: int
+    bytes: int
+    first_seq: int | None
+    status: TopicStatus
+    consumers: dict[str, int]
+    hidden_files: int
+    temp_files: int
+
+
+def ls(path: str | os.PathLike, *, with_meta: bool = True
+       ) -> list[tuple[SegmentInfo, SegmentMeta | None]]:
+    """Visible segments of the topic at ``path``, each with its metadata if ``with_meta``."""
+    t = Topic.open(path)
+    return [(s, t.segment_meta(s) if with_meta else None) for s in t.segments()]
+
+
+def tail(path: str | os.PathLike, rows: int = 10) -> pa.Table:
+    """The last ``rows`` rows of the topic at ``path`` (reads only the newest segments needed)."""
+    t = Topic.open(path)
+    picked, n = [], 0
+    for s in reversed(t.segments()):
+        if n >= rows:
+            break
+        picked.append(s)
+        n += s.rows
+    batches = [b for s in reversed(picked) for b in t.read_segment(s)[1]]
+    table = pa.Table.from_batches(batches, schema=t.schema)
+    return table.slice(max(0, table.num_rows - rows))
+
+
+def stat(path: str | os.PathLike) -> TopicStat:
+    """Summarise the topic at ``path``."""
+    t = Topic.open(path)
+    finals = t._list_final()
+    segs = t.segments()
+    temps = [fi for fi in t.fs.get_file_info(pafs.FileSelector(t.tmp_dir, allow_not_found=True))
+             if fi.type == pafs.FileType.File]
+    return TopicStat(uri=t.uri, manifest=t.manifest, segments=len(segs),
+                     rows=sum(s.rows for s in segs), bytes=sum(s.size for s in segs),
+                     first_seq=segs[0].seq if segs else None, status=t.status(),
+                     consumers=t.consumers(), hidden_files=len(finals) - len(segs),
+                     temp_files=len(temps))
+
+
+def format_ls(entries: list[tuple[SegmentInfo, SegmentMeta | None]]) -> str:
+    """Render :func:`ls` output as an aligned text table."""
+    lines = [f"{'seq':>8} {'producer':<16} {'batch':>7} {'part':>7} {'rows':>10} {'bytes':>12}"
+             f" {'watermark':>20} eos"]
+    for s, m in entries:
+        wm = "" if m is None or m.watermark is None else str(m.watermark)
+        eos = "" if m is None else ("yes" if m.eos else "")
+        lines.append(f"{s.seq:>8} {s.producer:<16} {s.batch_id:>7} {f'{s.part + 1}/{s.parts}':>7}"
+                     f" {s.rows:>10} {s.size:>12} {wm:>20} {eos}")
+    return "\n".join(lines)
+
+
+def format_tail(table: pa.Table) -> str:
+    """Render :func:`tail` output as text (one row per line, ints exact)."""
+    cols = table.column_names
+    lines = ["\t".join(cols)]
+    for row in table.to_pylist():
+        lines.append("\t".join(str(row[c]) for c in cols))
+    return "\n".join(lines)
+
+
+def format_stat(s: TopicStat) -> str:
+    """Render :func:`stat` output as text."""
+    m = s.manifest
+    out = [
+        f"topic      {s.uri}",
+        f"id         {m.topic_id}",
+        f"schema     {', '.join(f'{f.name}: {f.type}' for f in m.schema)}",
+        f"time       {m.time_column or '-'} ({m.time_unit})",
+        f"segments   {s.segments}"
+        + (f" (seq {s.first_seq}..{s.status.last_seq})" if s.segments else ""),
+        f"rows       {s.rows}",
+        f"bytes      {s.bytes}",
+        f"watermark  {'-' if s.status.watermark is None else s.status.watermark}",
+        f"ended      {'yes' if s.status.eos else 'no'}",
+        f"consumers  {', '.join(f'{k}@{v}' for k, v in sorted(s.consumers.items())) or '-'}",
+    ]
+    if s.hidden_files or s.temp_files:
+        out.append(f"invisible  {s.hidden_files} incomplete/truncated, {s.temp_files} temp files")
+    return "\n".join(out)
