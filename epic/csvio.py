@@ -1,0 +1,806 @@
+"""Robust streaming CSV reading and exact CSV writing, the core of epic's CSV sources and sinks.
+
+Reading is two-speed. The file is cut into byte blocks at line boundaries (``block_size``, 16 MiB by
+default) and each block goes through pyarrow's multi-threaded CSV parser with the caller's explicit
+schema. A block is accepted only if pyarrow parsed it *and* produced exactly one row per physical
+line *and* no non-nullable column holds a null. Any other block is split into smaller blocks and
+retried, down to a few thousand lines, where a careful line-by-line pass classifies every line. So
+good data stays on the fast path, and bad data is reported with its exact 1-based file line number.
+
+The careful pass never decides what a *valid* value is on its own: a field it does not recognise by
+a cheap pattern is handed to pyarrow alone, and the good lines of a small block are converted by
+pyarrow again. The two paths therefore agree on every value, whatever the block boundaries.
+
+Two modes:
+
+* ``strict``: the first bad line stops the read with :class:`~epic.errors.InputError` naming the
+  file, the line, the field and the value. Every row before it has been yielded.
+* ``lenient``: each bad line goes to a dead-letter CSV (``line,reason,text``) and is counted in
+  :class:`ReadStats`; nothing is dropped silently, and the totals are logged at the end.
+
+A bad line has one of the reasons in :data:`REASONS`. Lines end with ``\\n`` or ``\\r\\n``; values
+must not contain line breaks (a quoted newline makes rows and lines disagree, and such lines are
+reported as bad). Files ending in ``.gz`` (or another codec pyarrow detects) are decompressed on the
+fly. Example::
+
+    schema = pa.schema([pa.field("sid", pa.int32(), nullable=False),
+                        pa.field("ts", pa.int64(), nullable=False)])
+    reader = read_csv_batches("events.csv", schema, mode="lenient", dead_letter="bad.csv")
+    for batch in reader:
+        ...
+    print(reader.stats.rows, dict(reader.stats.bad_lines))
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import logging
+import os
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from epic.errors import InputError, SpecError
+
+__all__ = [
+    "STRICT",
+    "LENIENT",
+    "EMPTY_LINE",
+    "COLUMN_COUNT",
+    "TRUNCATED_LINE",
+    "INVALID_VALUE",
+    "OUT_OF_RANGE",
+    "MISSING_VALUE",
+    "INVALID_UTF8",
+    "REASONS",
+    "DEAD_LETTER_COLUMNS",
+    "BadLine",
+    "ReadStats",
+    "CsvBatchReader",
+    "read_csv_batches",
+    "CsvWriter",
+    "write_csv",
+]
+
+_log = logging.getLogger(__name__)
+
+STRICT = "strict"
+LENIENT = "lenient"
+
+#: The line is empty (or holds only ``\\r``).
+EMPTY_LINE = "empty_line"
+#: The line has more or fewer fields than the schema.
+COLUMN_COUNT = "column_count"
+#: The last line has no newline and too few fields: the file was cut off while being written.
+TRUNCATED_LINE = "truncated_line"
+#: A field is not a value of its column's type (e.g. ``12a`` or ``1.5`` for an integer).
+INVALID_VALUE = "invalid_value"
+#: An integer field is well formed but outside its column type's range (e.g. int32 overflow).
+OUT_OF_RANGE = "out_of_range"
+#: A field is empty but its column is declared non-nullable.
+MISSING_VALUE = "missing_value"
+#: The line is not valid UTF-8.
+INVALID_UTF8 = "invalid_utf8"
+
+REASONS = (EMPTY_LINE, COLUMN_COUNT, TRUNCATED_LINE, INVALID_VALUE, OUT_OF_RANGE, MISSING_VALUE,
+           INVALID_UTF8)
+
+#: Header of every dead-letter file.
+DEAD_LETTER_COLUMNS = ("line", "reason", "text")
+
+# Below this many lines a failing block is classified line by line instead of split again: a few
+# thousand lines take milliseconds in Python, and splitting further costs more pyarrow calls.
+_LEAF_LINES = 2048
+# Fan-out when a failing block is split: one bad line in a 16 MiB block costs about 16 + 16 small
+# pyarrow parses plus one Python pass over ~1/256 of the block.
+_SPLIT_WAYS = 16
+
+# Blocks parsed ahead of the one being consumed; each holds block_size bytes plus its table.
+_PREFETCH = 2
+
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """One rejected input line.
+
+    Attributes:
+        line: 1-based physical line number in the file (the header, if any, is line 1).
+        reason: one of :data:`REASONS`.
+        message: what is wrong, in words.
+        text: the line as read, without its line ending (undecodable bytes backslash-escaped).
+        field: the offending column's name, when one field is to blame.
+        value: the offending field's text, when one field is to blame.
+    """
+
+    line: int
+    reason: str
+    message: str
+    text: str
+    field: str | None = None
+    value: str | None = None
+
+
+@dataclass(frozen=True)
+class ReadStats:
+    """Counts of one CSV read, complete once the iteration has ended.
+
+    Attributes:
+        path: the file read.
+        lines: physical lines consumed so far, header included.
+        rows: good rows yielded so far.
+        bad_lines: bad-line counts by reason (only reasons that occurred).
+        dead_letter: where the bad lines were written (lenient mode), else ``None``.
+    """
+
+    path: str
+    lines: int = 0
+    rows: int = 0
+    bad_lines: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    dead_letter: str | None = None
+
+    @property
+    def bad_total(self) -> int:
+        """Number of bad lines of every reason."""
+        return sum(self.bad_lines.values())
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Bytes of whole lines; ``first_line`` is the file line number of its first line."""
+
+    data: bytes | bytearray
+    first_line: int
+    n_lines: int
+
+
+# --------------------------------------------------------------------------------------------------
+# Field checkers for the careful pass.
+
+
+@functools.lru_cache(maxsize=4096)
+def _pyarrow_converts(text: str, type_: pa.DataType) -> bool:
+    """Whether pyarrow's CSV conversion accepts ``text`` as a non-null ``type_`` value.
+
+    This is the arbiter for anything the quick patterns below do not recognise, so that the careful
+    pass never accepts or rejects a value differently from the fast path.
+    """
+    quoted = '"' + text.replace('"', '""') + '"\n'
+    try:
+        table = pacsv.read_csv(
+            pa.BufferReader(quoted.encode("utf-8")),
+            read_options=pacsv.ReadOptions(column_names=["v"]),
+            parse_options=pacsv.ParseOptions(ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(column_types={"v": type_}, null_values=[""],
+                                                 strings_can_be_null=False),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return table.num_rows == 1 and table.column(0).null_count == 0
+
+
+_SIGNED = re.compile(r"-?[0-9]+")
+_UNSIGNED = re.compile(r"[0-9]+")
+_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+# A checker returns None for a good field, else (reason, message).
+_Checker = Callable[[str], "tuple[str, str] | None"]
+
+
+def _int_bounds(type_: pa.DataType) -> tuple[int, int]:
+    bits = type_.bit_width
+    if pa.types.is_signed_integer(type_):
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _make_checker(fld: pa.Field) -> _Checker:
+    """The careful pass's validator for one column."""
+    type_ = fld.type
+    nullable = fld.nullable
+    is_string = pa.types.is_string(type_) or pa.types.is_large_string(type_)
+
+    def missing(text: str) -> tuple[str, str] | None:
+        return None if nullable else (MISSING_VALUE, f"empty value in non-nullable {type_} column")
+
+    if is_string:
+        # strings_can_be_null=False: an empty string is a value, never a null.
+        return lambda text: None
+
+    if pa.types.is_integer(type_):
+        lo, hi = _int_bounds(type_)
+        pattern = _SIGNED if pa.types.is_signed_integer(type_) else _UNSIGNED
+
+        def check_int(text: str) -> tuple[str, str] | None:
+            if text == "":
+                return missing(text)
+            if pattern.fullmatch(text):
+                # Python ints are exact, so a 19-digit timestamp is compared without rounding.
+                if lo <= int(text) <= hi:
+                    return None
+                return OUT_OF_RANGE, f"{text} is outside the {type_} range [{lo}, {hi}]"
+            if _pyarrow_converts(text, type_):
+                return None
+            return INVALID_VALUE, f"{text!r} is not a valid {type_}"
+
+        return check_int
+
+    if pa.types.is_floating(type_):
+        def check_float(text: str) -> tuple[str, str] | None:
+            if text == "":
+                return missing(text)
+            if _FLOAT.fullmatch(text) or _pyarrow_converts(text, type_):
+                return None
+            return INVALID_VALUE, f"{text!r} is not a valid {type_}"
+
+        return check_float
+
+    def check_other(text: str) -> tuple[str, str] | None:
+        if text == "":
+            return missing(text)
+        if _pyarrow_converts(text, type_):
+            return None
+        return INVALID_VALUE, f"{text!r} is not a valid {type_}"
+
+    return check_other
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading.
+
+
+class CsvBatchReader:
+    """A single-use iterable of ``pyarrow.RecordBatch`` read from one CSV file.
+
+    Build it with :func:`read_csv_batches`; iterate it once; read :attr:`stats` at any time (the
+    counts are final once the iteration has ended).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        schema: pa.Schema,
+        *,
+        header: bool = False,
+        delimiter: str = ",",
+        quote_char: str | None = '"',
+        mode: str = STRICT,
+        dead_letter: str | os.PathLike[str] | None = None,
+        batch_rows: int = 1 << 20,
+        block_size: int = 16 << 20,
+        use_threads: bool = True,
+    ):
+        if mode not in (STRICT, LENIENT):
+            raise SpecError(f"mode={mode!r}: use {STRICT!r} (stop at the first bad line) or "
+                            f"{LENIENT!r} (send bad lines to dead_letter)")
+        if mode == LENIENT and dead_letter is None:
+            raise SpecError("mode='lenient' needs dead_letter=PATH: bad lines are written there, "
+                            "never dropped")
+        if mode == STRICT and dead_letter is not None:
+            raise SpecError("dead_letter is only used with mode='lenient'; drop it or switch mode")
+        if not isinstance(schema, pa.Schema) or len(schema) == 0:
+            raise SpecError("schema must be a non-empty pyarrow.Schema naming every CSV column")
+        if len(delimiter) != 1 or delimiter in "\r\n":
+            raise SpecError(f"delimiter={delimiter!r}: give one character other than a newline")
+        if quote_char is not None and (len(quote_char) != 1 or quote_char == delimiter):
+            raise SpecError(f"quote_char={quote_char!r}: give one character other than the "
+                            "delimiter, or None")
+        if batch_rows < 1:
+            raise SpecError(f"batch_rows={batch_rows}: must be at least 1")
+        if block_size < 1024:
+            raise SpecError(f"block_size={block_size}: use at least 1024 bytes (16 MiB is fast)")
+        self._path = os.fspath(path)
+        self._schema = schema
+        self._header = header
+        self._delimiter = delimiter
+        self._quote_char = quote_char
+        self._mode = mode
+        self._dead_letter = None if dead_letter is None else os.fspath(dead_letter)
+        self._batch_rows = batch_rows
+        self._block_size = block_size
+        self._names = list(schema.names)
+        self._checkers = [_make_checker(f) for f in schema]
+        self._non_nullable = [i for i, f in enumerate(schema) if not f.nullable]
+        self._read_options = pacsv.ReadOptions(column_names=self._names, use_threads=use_threads,
+                                               block_size=1 << 20)
+        self._parse_options = pacsv.ParseOptions(
+            delimiter=delimiter,
+            quote_char=quote_char if quote_char is not None else False,
+            ignore_empty_lines=False,
+        )
+        self._convert_options = pacsv.ConvertOptions(
+            column_types={f.name: f.type for f in schema},
+            null_values=[""],
+            strings_can_be_null=False,
+            include_columns=self._names,
+        )
+        self._started = False
+        self._lines = 0
+        self._rows = 0
+        self._bad: dict[str, int] = {}
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The schema of every yielded batch (exactly the one given)."""
+        return self._schema
+
+    @property
+    def stats(self) -> ReadStats:
+        """A snapshot of the counts so far."""
+        return ReadStats(path=self._path, lines=self._lines, rows=self._rows,
+                         bad_lines=MappingProxyType(dict(self._bad)),
+                         dead_letter=self._dead_letter)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        if self._started:
+            raise InputError("a CsvBatchReader can be iterated only once; build a new one",
+                             path=self._path)
+        self._started = True
+        return self._run()
+
+    # -- driver --------------------------------------------------------------------------------
+
+    def _run(self) -> Iterator[pa.RecordBatch]:
+        sink = None
+        writer = None
+        if self._dead_letter is not None:
+            sink = open(self._dead_letter, "w", newline="", encoding="utf-8")
+            writer = csv.writer(sink, lineterminator="\n")
+            writer.writerow(DEAD_LETTER_COLUMNS)
+        pending: list[pa.Table] = []
+        pending_rows = 0
+        # pyarrow releases the GIL while parsing, so the next blocks are parsed on a worker thread
+        # while this one reads the file, cuts lines and assembles batches.
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epic-csv")
+        ahead: deque[tuple[_Block, Future]] = deque()
+
+        def parsed() -> Iterator[tuple[_Block, pa.Table | None]]:
+            for block in self._blocks():
+                ahead.append((block, executor.submit(self._fast, block)))
+                if len(ahead) > _PREFETCH:
+                    done, future = ahead.popleft()
+                    yield done, future.result()
+            while ahead:
+                done, future = ahead.popleft()
+                yield done, future.result()
+
+        try:
+            for block, fast in parsed():
+                final = block.data[-1:] != b"\n"
+                items = ([fast] if fast is not None
+                         else self._parse(block, final_block=final, fast_failed=True))
+                for item in items:
+                    if isinstance(item, pa.Table):
+                        pending.append(item)
+                        pending_rows += item.num_rows
+                        if pending_rows >= self._batch_rows:
+                            pending, pending_rows = yield from self._emit(pending, full_only=True)
+                        continue
+                    self._bad[item.reason] = self._bad.get(item.reason, 0) + 1
+                    if self._mode == STRICT:
+                        # Rows before the bad line are good: hand them over before stopping.
+                        yield from self._emit(pending, full_only=False)
+                        pending, pending_rows = [], 0
+                        self._lines = item.line
+                        raise InputError(f"{item.reason}: {item.message}", path=self._path,
+                                         line=item.line, field=item.field, value=item.value)
+                    writer.writerow((item.line, item.reason, item.text))
+                self._lines += block.n_lines
+            yield from self._emit(pending, full_only=False)
+        finally:
+            for _, future in ahead:
+                future.cancel()
+            executor.shutdown(wait=True)
+            if sink is not None:
+                sink.close()
+        if self._bad:
+            _log.warning("%s: %d bad lines (%s), written to %s", self._path, sum(self._bad.values()),
+                         ", ".join(f"{k}={v}" for k, v in sorted(self._bad.items())),
+                         self._dead_letter)
+
+    def _emit(self, pending: list[pa.Table], *, full_only: bool):
+        """Yield batches of exactly ``batch_rows`` rows (and the remainder unless ``full_only``).
+
+        Returns the still-pending tables and their row count.
+        """
+        if not pending:
+            return [], 0
+        table = pa.concat_tables(pending).combine_chunks()
+        n = table.num_rows
+        if n == 0:
+            return [], 0
+        cut = (n // self._batch_rows) * self._batch_rows if full_only else n
+        for start in range(0, cut, self._batch_rows):
+            part = table.slice(start, min(self._batch_rows, cut - start))
+            arrays = [part.column(i).chunk(0) if part.column(i).num_chunks == 1
+                      else part.column(i).combine_chunks() for i in range(part.num_columns)]
+            batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+            self._rows += batch.num_rows
+            yield batch
+        if cut == n:
+            return [], 0
+        return [table.slice(cut)], n - cut
+
+    def _blocks(self) -> Iterator[_Block]:
+        """Cut the file into blocks of whole lines, tracking exact line numbers."""
+        next_line = 1
+        rest = b""
+        first = True
+        with pa.input_stream(self._path, compression="detect") as stream:
+            while True:
+                # A fresh buffer per block: the previous one may still be parsed on another thread.
+                buf = bytearray(len(rest) + self._block_size)
+                buf[:len(rest)] = rest
+                got = stream.readinto(memoryview(buf)[len(rest):])
+                eof = got == 0
+                del buf[len(rest) + got:]
+                if first and buf:
+                    first = False
+                    if buf.startswith(_BOM):
+                        del buf[:len(_BOM)]
+                    if self._header:
+                        end = buf.find(b"\n")
+                        if end < 0 and not eof:
+                            # The header is longer than one read: keep reading until it ends.
+                            rest, first = bytes(buf), True
+                            continue
+                        head = bytes(buf[:end]) if end >= 0 else bytes(buf)
+                        del buf[:end + 1 if end >= 0 else len(buf)]
+                        self._check_header(head)
+                        next_line += 1
+                        self._lines += 1
+                if eof:
+                    if buf:
+                        n_lines = 1 + buf.count(b"\n")
+                        yield _Block(bytes(buf), next_line, n_lines)
+                    if first and self._header:
+                        raise InputError("the file is empty but header=True expects a header "
+                                         "line", path=self._path, line=1)
+                    return
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:
+                    rest = bytes(buf)  # one line longer than block_size: read on
+                    continue
+                rest = bytes(buf[cut:])
+                del buf[cut:]
+                n_lines = buf.count(b"\n")
+                yield _Block(buf, next_line, n_lines)
+                next_line += n_lines
+
+    def _check_header(self, raw: bytes) -> None:
+        text = raw.rstrip(b"\r").decode("utf-8", errors="backslashreplace")
+        names = self._split(text)
+        if names != self._names:
+            raise InputError(
+                f"header {names} does not match the schema's column names {self._names}; "
+                "fix the schema (names and order) or read with header=False",
+                path=self._path, line=1)
+
+    # -- parsing -------------------------------------------------------------------------------
+
+    def _parse(self, block: _Block, *, final_block: bool,
+               fast_failed: bool = False) -> Iterator[pa.Table | BadLine]:
+        """Good rows (tables) and bad lines of ``block``, in file order."""
+        table = None if fast_failed else self._fast(block)
+        if table is not None:
+            yield table
+            return
+        if block.n_lines <= _LEAF_LINES:
+            yield from self._careful(block, final_block=final_block)
+            return
+        for part in self._split_block(block):
+            is_last = part.first_line + part.n_lines == block.first_line + block.n_lines
+            yield from self._parse(part, final_block=final_block and is_last)
+
+    def _fast(self, block: _Block) -> pa.Table | None:
+        """pyarrow's parse of ``block`` if it is certainly right, else ``None``."""
+        data = block.data
+        # ignore_empty_lines=False still lets a one-column schema read an empty line as a null, so
+        # empty lines always take the careful path.
+        if data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data:
+            return None
+        try:
+            table = pacsv.read_csv(pa.BufferReader(data), read_options=self._read_options,
+                                   parse_options=self._parse_options,
+                                   convert_options=self._convert_options)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        # A stray '\r' or a quoted newline makes pyarrow's rows differ from physical lines.
+        if table.num_rows != block.n_lines:
+            return None
+        for i in self._non_nullable:
+            if table.column(i).null_count:
+                return None
+        return table
+
+    def _split_block(self, block: _Block) -> list[_Block]:
+        data = block.data
+        parts = []
+        start = 0
+        line = block.first_line
+        step = max(1, len(data) // _SPLIT_WAYS)
+        while start < len(data):
+            end = data.find(b"\n", start + step - 1) + 1
+            if end == 0:
+                end = len(data)
+            chunk = data[start:end]
+            n = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+            parts.append(_Block(chunk, line, n))
+            line += n
+            start = end
+        return parts
+
+    def _split(self, text: str) -> list[str]:
+        if self._quote_char is not None and self._quote_char in text:
+            return next(csv.reader([text], delimiter=self._delimiter, quotechar=self._quote_char,
+                                   doublequote=True, strict=False))
+        return text.split(self._delimiter)
+
+    def _careful(self, block: _Block, *, final_block: bool) -> Iterator[pa.Table | BadLine]:
+        """Classify each line of a small block; convert the good ones with pyarrow."""
+        raws = block.data.split(b"\n")
+        if block.data.endswith(b"\n"):
+            raws.pop()
+        ncols = len(self._names)
+        good: list[bytes] = []
+        for offset, raw in enumerate(raws):
+            line_no = block.first_line + offset
+            raw = raw[:-1] if raw.endswith(b"\r") else raw
+            bad = self._classify(raw, ncols, unterminated=final_block and offset == len(raws) - 1)
+            if bad is None:
+                good.append(raw)
+                continue
+            reason, message, fld, value = bad
+            if good:
+                yield from self._convert_good(good, line_no - len(good))
+                good = []
+            yield BadLine(line=line_no, reason=reason, message=message,
+                          text=raw.decode("utf-8", errors="backslashreplace"), field=fld,
+                          value=value)
+        if good:
+            yield from self._convert_good(good, block.first_line + len(raws) - len(good))
+
+    def _classify(self, raw: bytes, ncols: int, *, unterminated: bool):
+        """``None`` for a good line, else ``(reason, message, field, value)``."""
+        if not raw:
+            return EMPTY_LINE, "empty line", None, None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return INVALID_UTF8, f"not UTF-8 ({exc.reason} at byte {exc.start})", None, None
+        if "\r" in text:
+            return INVALID_VALUE, "stray carriage return inside the line", None, None
+        fields = self._split(text)
+        if len(fields) != ncols:
+            if unterminated and len(fields) < ncols:
+                return (TRUNCATED_LINE, f"last line has no newline and {len(fields)} of {ncols} "
+                        "fields: the file looks cut off", None, None)
+            return (COLUMN_COUNT, f"{len(fields)} fields, expected {ncols} "
+                    f"({self._delimiter.join(self._names)})", None, None)
+        for name, check, value in zip(self._names, self._checkers, fields):
+            problem = check(value)
+            if problem is not None:
+                return problem[0], problem[1], name, value
+        return None
+
+    def _convert_good(self, lines: list[bytes], first_line: int) -> Iterator[pa.Table | BadLine]:
+        """Convert lines the careful pass accepted, with the same pyarrow options as the fast path."""
+        data = b"\n".join(lines) + b"\n"
+        table = self._fast(_Block(data, first_line, len(lines)))
+        if table is not None:
+            yield table
+            return
+        # Only reachable if the careful checks accept something pyarrow rejects; keep exactness by
+        # judging each line alone rather than guessing.
+        for offset, raw in enumerate(lines):
+            one = self._fast(_Block(raw + b"\n", first_line + offset, 1))
+            if one is not None:
+                yield one
+            else:
+                yield BadLine(line=first_line + offset, reason=INVALID_VALUE,
+                              message="pyarrow rejects this line",
+                              text=raw.decode("utf-8", errors="backslashreplace"))
+
+
+def read_csv_batches(
+    path: str | os.PathLike[str],
+    schema: pa.Schema,
+    *,
+    header: bool = False,
+    delimiter: str = ",",
+    quote_char: str | None = '"',
+    mode: str = STRICT,
+    dead_letter: str | os.PathLike[str] | None = None,
+    batch_rows: int = 1 << 20,
+    block_size: int = 16 << 20,
+    use_threads: bool = True,
+) -> CsvBatchReader:
+    """Stream a CSV file as record batches of exactly ``schema``.
+
+    Args:
+        path: the CSV file (``.gz`` and other codecs pyarrow detects are decompressed).
+        schema: one field per CSV column, in file order. Non-nullable fields reject empty values.
+        header: the first line is a header; it must equal the schema's names.
+        delimiter: the field separator.
+        quote_char: the quote character, or ``None`` for none.
+        mode: ``"strict"`` raises :class:`~epic.errors.InputError` at the first bad line;
+            ``"lenient"`` writes bad lines to ``dead_letter`` and counts them.
+        dead_letter: CSV file (``line,reason,text``) for bad lines; required in lenient mode.
+        batch_rows: rows per yielded batch (the last one may be shorter).
+        block_size: bytes handed to pyarrow at a time; also the unit a bad line slows down.
+        use_threads: let pyarrow parse a block on several threads.
+
+    Returns:
+        A single-use iterable of ``pyarrow.RecordBatch``; its ``stats`` holds the counts.
+
+    Raises:
+        SpecError: an invalid option (at call time).
+        InputError: in strict mode, at the first bad line (during iteration).
+
+    Example:
+        >>> import pyarrow as pa, tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.csv")
+        >>> _ = open(p, "w").write("1,10629342490369879\\n2,10629342490369880\\n")
+        >>> schema = pa.schema([("sid", pa.int32()), ("ts", pa.int64())])
+        >>> [b.column(1).to_pylist() for b in read_csv_batches(p, schema)]
+        [[10629342490369879, 10629342490369880]]
+    """
+    return CsvBatchReader(path, schema, header=header, delimiter=delimiter, quote_char=quote_char,
+                          mode=mode, dead_letter=dead_letter, batch_rows=batch_rows,
+                          block_size=block_size, use_threads=use_threads)
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing.
+
+
+def _format_floats(array: pa.Array, float_format: str) -> pa.Array:
+    # Python formatting is slow but exact to the user's format; floats are rare in epic's outputs
+    # compared with integer and string columns, which pyarrow writes natively.
+    values = array.to_pylist()
+    return pa.array([None if v is None else format(v, float_format) for v in values], pa.string())
+
+
+class CsvWriter:
+    """Writes record batches to a CSV file with a fixed column order and exact formatting.
+
+    Integers are written as integers (an int64 above 2^53 keeps every digit; never float or
+    exponent form), strings are quoted only when they contain the delimiter, a quote or a line
+    break, nulls are empty fields. Floats use the shortest round-trip form unless ``float_format``
+    (a :func:`format` spec such as ``".6f"``) is given. Use as a context manager, or call
+    :meth:`close`; a writer that got no rows still writes the header if it knows the columns.
+
+    Example:
+        >>> import pyarrow as pa, tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "out.csv")
+        >>> with CsvWriter(p, columns=["ts", "player_id"]) as w:
+        ...     w.write(pa.table({"player_id": ["Nick Gertje"], "ts": [10753295594424116]}))
+        >>> open(p).read()
+        'ts,player_id\\n10753295594424116,Nick Gertje\\n'
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
+                 header: bool = True, delimiter: str = ",", float_format: str | None = None):
+        if len(delimiter) != 1 or delimiter in "\r\n\"":
+            raise SpecError(f"delimiter={delimiter!r}: give one character other than a quote or "
+                            "a newline")
+        if float_format is not None:
+            try:
+                format(1.5, float_format)
+            except ValueError as exc:
+                raise SpecError(f"float_format={float_format!r} is not a format spec for floats "
+                                "(try '.6f')") from exc
+        self._path = os.fspath(path)
+        self._columns = None if columns is None else list(columns)
+        self._header = header
+        self._delimiter = delimiter
+        self._float_format = float_format
+        self._sink: pa.NativeFile | None = None
+        self._rows = 0
+        # Characters that force quoting of a string value (Python's csv QUOTE_MINIMAL rule).
+        self._needs_quote = "[" + re.escape(delimiter + '"\r\n') + "]"
+
+    @property
+    def rows(self) -> int:
+        """Rows written so far."""
+        return self._rows
+
+    def _prepare(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
+        table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+        if self._columns is not None:
+            missing = [c for c in self._columns if c not in table.column_names]
+            if missing:
+                raise SpecError(f"columns {missing} are not in the data (it has "
+                                f"{table.column_names}); fix the sink's column list")
+            table = table.select(self._columns)
+        arrays = []
+        for col in table.columns:
+            if pa.types.is_dictionary(col.type):
+                col = pc.cast(col, col.type.value_type)
+            if self._float_format is not None and pa.types.is_floating(col.type):
+                col = pa.chunked_array([_format_floats(c, self._float_format) for c in col.chunks],
+                                       pa.string())
+            arrays.append(col)
+        return pa.table(arrays, names=table.column_names)
+
+    def _open(self, names: list[str]) -> pa.NativeFile:
+        sink = pa.output_stream(self._path, compression=None)
+        if self._header:
+            text = io.StringIO()
+            csv.writer(text, delimiter=self._delimiter, lineterminator="\n").writerow(names)
+            sink.write(text.getvalue().encode("utf-8"))
+        return sink
+
+    def _quoting_needed(self, table: pa.Table) -> bool:
+        for col in table.columns:
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                if pc.any(pc.match_substring_regex(col, self._needs_quote)).as_py():
+                    return True
+        return False
+
+    def write(self, data: pa.Table | pa.RecordBatch) -> None:
+        """Append the rows of ``data`` (its columns are selected and ordered as configured)."""
+        table = self._prepare(data)
+        if self._sink is None:
+            self._sink = self._open(table.column_names)
+        if not self._quoting_needed(table):
+            # pyarrow's own quoting styles quote every string, so quote-free tables (the common
+            # case) are written unquoted by pyarrow and the rare others by Python's csv module.
+            pacsv.write_csv(table, self._sink, write_options=pacsv.WriteOptions(
+                include_header=False, delimiter=self._delimiter, quoting_style="none"))
+        else:
+            text = io.StringIO()
+            writer = csv.writer(text, delimiter=self._delimiter, lineterminator="\n")
+            for row in zip(*(col.to_pylist() for col in table.columns)):
+                writer.writerow(["" if v is None else v for v in row])
+            self._sink.write(text.getvalue().encode("utf-8"))
+        self._rows += table.num_rows
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if self._sink is None and self._columns is not None:
+            self._sink = self._open(self._columns)
+        if self._sink is not None:
+            self._sink.close()
+
+    def __enter__(self) -> CsvWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def write_csv(path: str | os.PathLike[str],
+              data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *,
+              columns: Sequence[str] | None = None, header: bool = True, delimiter: str = ",",
+              float_format: str | None = None) -> int:
+    """Write ``data`` to a CSV file in the given column order; return the number of rows.
+
+    See :class:`CsvWriter` for the formatting rules.
+
+    Example:
+        >>> import pyarrow as pa, tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "q.csv")
+        >>> write_csv(p, pa.table({"a": [2**60], "b": [0.5]}), float_format=".3f")
+        1
+        >>> open(p).read()
+        'a,b\\n1152921504606846976,0.500\\n'
+    """
+    with CsvWriter(path, columns=columns, header=header, delimiter=delimiter,
+                   float_format=float_format) as writer:
+        if isinstance(data, (pa.Table, pa.RecordBatch)):
+            writer.write(data)
+        else:
+            for batch in data:
+                writer.write(batch)
+        return writer.rows

@@ -1,0 +1,245 @@
+"""Tests of epic.csvio: exact values, exact line numbers, strict and lenient bad-input handling."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from epic import csvio
+from epic.csvio import CsvWriter, read_csv_batches, write_csv
+from epic.errors import InputError, SpecError
+
+SCHEMA = pa.schema([
+    pa.field("sid", pa.int32(), nullable=False),
+    pa.field("ts", pa.int64(), nullable=False),
+    pa.field("x", pa.int32(), nullable=False),
+])
+GOOD = "4,10753295594424116,100\n"
+
+
+def _write(tmp_path: Path, text: str | bytes, name: str = "in.csv") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+def _rows(reader) -> list[tuple]:
+    return [row for batch in reader for row in zip(*batch.to_pydict().values())]
+
+
+def _dead_letter(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_big_int64_timestamps_are_exact(tmp_path):
+    """Timestamps above 2^53 come back bit-exact, never rounded through a float."""
+    values = [2**53 + 1, 10753295594424117, 14879639146403495, 2**63 - 1, -(2**63)]
+    path = _write(tmp_path, "".join(f"1,{v},0\n" for v in values))
+    batches = list(read_csv_batches(path, SCHEMA))
+    assert batches[0].schema == SCHEMA
+    assert [r[1] for r in _rows(batches)] == values
+    assert float(2**53 + 1) != 2**53 + 1  # the values above would not survive a float
+
+
+def test_schema_is_exact_and_batches_have_batch_rows(tmp_path):
+    """Every batch has the given schema; all but the last have exactly batch_rows rows."""
+    path = _write(tmp_path, "".join(f"{i % 100},{10**16 + i},{i}\n" for i in range(2500)))
+    reader = read_csv_batches(path, SCHEMA, batch_rows=1000, block_size=4096)
+    batches = list(reader)
+    assert [b.num_rows for b in batches] == [1000, 1000, 500]
+    assert all(b.schema == SCHEMA for b in batches)
+    assert [r[2] for r in _rows(batches)] == list(range(2500))
+    assert (reader.stats.rows, reader.stats.lines, reader.stats.bad_total) == (2500, 2500, 0)
+
+
+BAD_CASES = [
+    # (file text, line, reason, field, value)
+    (GOOD + GOOD + "4,10753295594424116\n" + GOOD, 3, csvio.COLUMN_COUNT, None, None),
+    (GOOD + GOOD + "4,10753295594424116,1,2\n", 3, csvio.COLUMN_COUNT, None, None),
+    (GOOD + "4,10753295594424116,12a\n" + GOOD, 2, csvio.INVALID_VALUE, "x", "12a"),
+    (GOOD + "4,1.0753e16,1\n", 2, csvio.INVALID_VALUE, "ts", "1.0753e16"),
+    (GOOD + "4.5,1,1\n", 2, csvio.INVALID_VALUE, "sid", "4.5"),
+    (GOOD + GOOD + GOOD + "\n" + GOOD, 4, csvio.EMPTY_LINE, None, None),
+    (GOOD + "\r\n" + GOOD, 2, csvio.EMPTY_LINE, None, None),
+    (GOOD + GOOD + "4,107532955", 3, csvio.TRUNCATED_LINE, None, None),
+    (GOOD + "2147483648,1,1\n", 2, csvio.OUT_OF_RANGE, "sid", "2147483648"),
+    (GOOD + "4,1,-2147483649\n", 2, csvio.OUT_OF_RANGE, "x", "-2147483649"),
+    (GOOD + "4,9223372036854775808,1\n", 2, csvio.OUT_OF_RANGE, "ts", "9223372036854775808"),
+    (GOOD + "4,,1\n", 2, csvio.MISSING_VALUE, "ts", ""),
+    (GOOD.encode() + b"4,1,\xff\n", 2, csvio.INVALID_UTF8, None, None),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "reason", "field", "value"), BAD_CASES)
+def test_strict_stops_at_the_bad_line(tmp_path, text, line, reason, field, value):
+    """Strict mode raises InputError naming file, exact line, field and value; earlier rows arrive."""
+    path = _write(tmp_path, text)
+    reader = read_csv_batches(path, SCHEMA)
+    seen = []
+    with pytest.raises(InputError) as info:
+        for batch in reader:
+            seen.extend(batch.column("x").to_pylist())
+    err = info.value
+    assert (err.path, err.line, err.field, err.value) == (str(path), line, field, value)
+    assert str(path) in str(err) and f"line {line}" in str(err) and reason in str(err)
+    assert seen == [100] * (line - 1)
+    assert reader.stats.bad_lines == {reason: 1}
+
+
+@pytest.mark.parametrize(("text", "line", "reason", "field", "value"), BAD_CASES)
+def test_lenient_sends_the_bad_line_to_the_dead_letter(tmp_path, text, line, reason, field, value):
+    """Lenient mode keeps every good row and writes the bad line with its number and reason."""
+    path = _write(tmp_path, text)
+    dead = tmp_path / "dead.csv"
+    reader = read_csv_batches(path, SCHEMA, mode="lenient", dead_letter=dead)
+    rows = _rows(reader)
+    n_lines = (text if isinstance(text, str) else text.decode("latin-1")).count("\n") + (
+        0 if text.endswith("\n" if isinstance(text, str) else b"\n") else 1)
+    assert len(rows) == n_lines - 1
+    records = _dead_letter(dead)
+    assert [(int(r["line"]), r["reason"]) for r in records] == [(line, reason)]
+    raw = (text if isinstance(text, str) else text.decode("utf-8", "backslashreplace"))
+    assert records[0]["text"] == raw.split("\n")[line - 1].rstrip("\r")
+    stats = reader.stats
+    assert (stats.rows, stats.lines, dict(stats.bad_lines)) == (n_lines - 1, n_lines, {reason: 1})
+    assert stats.dead_letter == str(dead)
+
+
+def test_lenient_mixed_file_keeps_order_and_counts(tmp_path):
+    """Many bad kinds in one file: good rows in order, each bad line once, counts by reason."""
+    lines = [f"{i % 100},{10**16 + i},{i}" for i in range(40)]
+    lines[3] = "1,2"
+    lines[10] = ""
+    lines[17] = "1,abc,3"
+    lines[25] = "99999999999,1,1"
+    lines[39] = "7,10000"  # last line, and the file has no final newline
+    path = _write(tmp_path, "\n".join(lines))
+    dead = tmp_path / "dead.csv"
+    reader = read_csv_batches(path, SCHEMA, mode="lenient", dead_letter=dead)
+    assert [r[2] for r in _rows(reader)] == [i for i in range(39) if i not in (3, 10, 17, 25)]
+    assert [(int(r["line"]), r["reason"], r["text"]) for r in _dead_letter(dead)] == [
+        (4, csvio.COLUMN_COUNT, "1,2"), (11, csvio.EMPTY_LINE, ""),
+        (18, csvio.INVALID_VALUE, "1,abc,3"), (26, csvio.OUT_OF_RANGE, "99999999999,1,1"),
+        (40, csvio.TRUNCATED_LINE, "7,10000")]
+    assert dict(reader.stats.bad_lines) == {csvio.COLUMN_COUNT: 1, csvio.EMPTY_LINE: 1,
+                                            csvio.INVALID_VALUE: 1, csvio.OUT_OF_RANGE: 1,
+                                            csvio.TRUNCATED_LINE: 1}
+
+
+def test_line_numbers_exact_across_blocks_and_splits(tmp_path):
+    """Bad lines deep inside big blocks (forcing the split-and-retry path) keep exact numbers."""
+    n = 60_000
+    bad_at = {1, 2047, 2048, 2049, 31_000, 59_999, 60_000}  # 1-based line numbers
+    lines = [("9,x,9" if i + 1 in bad_at else f"{i % 50},{2**60 + i},{i}") for i in range(n)]
+    path = _write(tmp_path, "\n".join(lines) + "\n")
+    for block_size in (1024, 100_000, 16 << 20):
+        dead = tmp_path / f"dead{block_size}.csv"
+        reader = read_csv_batches(path, SCHEMA, mode="lenient", dead_letter=dead,
+                                  block_size=block_size, batch_rows=7777)
+        rows = _rows(reader)
+        assert [r[2] for r in rows] == [i for i in range(n) if i + 1 not in bad_at]
+        assert [r[1] for r in rows][:3] == [2**60 + 1, 2**60 + 2, 2**60 + 3]
+        assert [int(r["line"]) for r in _dead_letter(dead)] == sorted(bad_at)
+        assert reader.stats.lines == n
+
+
+def test_header_is_checked_and_counted(tmp_path):
+    """A header line counts as line 1 and must equal the schema names."""
+    path = _write(tmp_path, "sid,ts,x\r\n" + GOOD + "1,2\r\n")
+    with pytest.raises(InputError) as info:
+        list(read_csv_batches(path, SCHEMA, header=True))
+    assert info.value.line == 3
+    wrong = _write(tmp_path, "sid,time,x\n" + GOOD, "wrong.csv")
+    with pytest.raises(InputError, match="header") as info:
+        list(read_csv_batches(wrong, SCHEMA, header=True))
+    assert info.value.line == 1
+    empty = _write(tmp_path, "", "empty.csv")
+    assert list(read_csv_batches(empty, SCHEMA)) == []
+    with pytest.raises(InputError, match="empty"):
+        list(read_csv_batches(empty, SCHEMA, header=True))
+
+
+def test_semicolons_crlf_bom_and_gzip(tmp_path):
+    """Delimiter, CRLF endings, a UTF-8 BOM and gzip input all read to the same rows."""
+    text = "\ufeff" + "sid;ts;x\r\n4;10753295594424116;1\r\n5;10753295594424117;2\r\n"
+    plain = _write(tmp_path, text)
+    gz = _write(tmp_path, gzip.compress(text.encode()), "in.csv.gz")
+    for path in (plain, gz):
+        assert _rows(read_csv_batches(path, SCHEMA, header=True, delimiter=";")) == [
+            (4, 10753295594424116, 1), (5, 10753295594424117, 2)]
+
+
+def test_nullable_columns_accept_empty_fields(tmp_path):
+    """An empty field is a null in a nullable column and a missing value otherwise."""
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.float64())])
+    path = _write(tmp_path, '1,,\n,"x, y",2.5\n')
+    assert _rows(read_csv_batches(path, schema)) == [(1, "", None), (None, "x, y", 2.5)]
+
+
+def test_options_are_validated():
+    """Bad options fail when the reader is built, with a message that says how to fix them."""
+    with pytest.raises(SpecError, match="dead_letter"):
+        read_csv_batches("x.csv", SCHEMA, mode="lenient")
+    with pytest.raises(SpecError, match="lenient"):
+        read_csv_batches("x.csv", SCHEMA, dead_letter="d.csv")
+    with pytest.raises(SpecError, match="mode"):
+        read_csv_batches("x.csv", SCHEMA, mode="loose")
+    with pytest.raises(SpecError, match="batch_rows"):
+        read_csv_batches("x.csv", SCHEMA, batch_rows=0)
+
+
+# Field texts chosen to sit on the edges of pyarrow's integer parser.
+_FIELDS = st.sampled_from(["0", "-0", "7", "-7", " 5", "5 ", "+5", "0x1F", "05", "1.0", "1e3",
+                           "", "abc", "2147483647", "2147483648", "-2147483648",
+                           "9223372036854775807", "9223372036854775808", "10753295594424116"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_FIELDS, _FIELDS, _FIELDS), min_size=1, max_size=30))
+def test_careful_path_agrees_with_fast_path(tmp_path, rows):
+    """Adding one broken line (which forces the careful path) changes nothing about the others."""
+    body = "".join(",".join(r) + "\n" for r in rows)
+    plain = _write(tmp_path, body, "plain.csv")
+    broken = _write(tmp_path, "1,2\n" + body, "broken.csv")
+    a = read_csv_batches(plain, SCHEMA, mode="lenient", dead_letter=tmp_path / "a.csv")
+    b = read_csv_batches(broken, SCHEMA, mode="lenient", dead_letter=tmp_path / "b.csv")
+    assert _rows(a) == _rows(b)
+    lines_a = [(int(r["line"]) + 1, r["reason"]) for r in _dead_letter(tmp_path / "a.csv")]
+    lines_b = [(int(r["line"]), r["reason"]) for r in _dead_letter(tmp_path / "b.csv")]
+    assert lines_b == [(1, csvio.COLUMN_COUNT)] + lines_a
+
+
+def test_write_csv_exact_order_and_integers(tmp_path):
+    """Columns come out in the requested order; big ints keep every digit; floats as asked."""
+    table = pa.table({"speed": [1e-7, 12.5], "ts": pa.array([2**53 + 1, 10**18], pa.int64()),
+                      "player_id": ["Ben Müller", 'a "b", c']})
+    path = tmp_path / "out.csv"
+    assert write_csv(path, table, columns=["ts", "player_id", "speed"], float_format=".6f") == 2
+    assert path.read_text(encoding="utf-8") == (
+        "ts,player_id,speed\n9007199254740993,Ben Müller,0.000000\n"
+        '1000000000000000000,"a ""b"", c",12.500000\n')
+    with pytest.raises(SpecError, match="not in the data"):
+        write_csv(tmp_path / "bad.csv", table, columns=["nope"])
+
+
+def test_csv_writer_streams_batches_and_reads_back(tmp_path):
+    """Batches written one by one read back identically through read_csv_batches."""
+    path = tmp_path / "out.csv"
+    batch = pa.record_batch([pa.array([1, 2], pa.int32()), pa.array([2**62, 2**62 + 1]),
+                             pa.array([-1, 0], pa.int32())], schema=SCHEMA)
+    with CsvWriter(path) as writer:
+        writer.write(batch)
+        writer.write(batch)
+    assert writer.rows == 4
+    assert _rows(read_csv_batches(path, SCHEMA, header=True)) == [
+        (1, 2**62, -1), (2, 2**62 + 1, 0)] * 2
+    empty = tmp_path / "empty.csv"
+    CsvWriter(empty, columns=["ts", "x"]).close()
+    assert empty.read_text() == "ts,x\n"
