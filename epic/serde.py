@@ -1,0 +1,80 @@
+"""Pickle-free serialisation of operator state: msgpack with numpy arrays as extension types.
+
+Everything epic checkpoints goes through :func:`packb` / :func:`unpackb`. Supported values: None,
+bool, int (up to 64 bits), float, str, bytes, list/tuple (tuples come back as lists), dict (keys of
+any supported hashable type), numpy scalars and arrays of fixed-width dtypes. Anything else raises a
+:class:`~epic.errors.StateError` that names the offending type, instead of silently pickling it.
+"""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+
+from .errors import StateError
+
+__all__ = ["packb", "unpackb"]
+
+_EXT_NDARRAY = 1
+_EXT_BIGINT = 2
+
+
+def _default(obj):
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject:
+            return msgpack.ExtType(_EXT_NDARRAY, _pack_obj_array(obj))
+        arr = np.ascontiguousarray(obj)
+        header = msgpack.packb([arr.dtype.str, list(arr.shape)])
+        return msgpack.ExtType(_EXT_NDARRAY, header + arr.tobytes())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, int):  # beyond 64 bits
+        return msgpack.ExtType(_EXT_BIGINT, str(obj).encode())
+    if isinstance(obj, (set, frozenset)):
+        raise StateError("sets cannot be stored in state: use a sorted list or a dict")
+    raise StateError(
+        f"state of type {type(obj).__name__} cannot be serialised without pickle; use numbers, "
+        "str, bytes, lists, dicts or numpy arrays"
+    )
+
+
+def _pack_obj_array(arr: np.ndarray) -> bytes:
+    header = msgpack.packb(["O", list(arr.shape)])
+    return header + packb(arr.ravel().tolist())
+
+
+def _ext_hook(code, data):
+    if code == _EXT_NDARRAY:
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(data)
+        dtype, shape = unpacker.unpack()
+        offset = unpacker.tell()
+        if dtype == "O":
+            arr = np.empty(len(_flat := unpackb(data[offset:])), dtype=object)
+            arr[:] = _flat
+            return arr.reshape(shape)
+        return np.frombuffer(data[offset:], dtype=np.dtype(dtype)).reshape(shape).copy()
+    if code == _EXT_BIGINT:
+        return int(data.decode())
+    raise StateError(f"unknown msgpack extension type {code} in state")
+
+
+def packb(value) -> bytes:
+    """Serialise ``value`` to msgpack bytes (numpy arrays as extension types)."""
+    try:
+        return msgpack.packb(value, default=_default, use_bin_type=True, strict_types=False)
+    except StateError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StateError(f"cannot serialise state: {exc}") from exc
+
+
+def unpackb(data: bytes):
+    """Inverse of :func:`packb`; tuples come back as lists."""
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False,
+                               use_list=True)
+    except StateError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types on corrupt input
+        raise StateError(f"corrupt state: {exc}") from exc

@@ -1,0 +1,1230 @@
+"""Window specs (frozen configs) and the incremental window engine (their runtime logic).
+
+Specs are built by :func:`few_time`, :func:`few_count`, :func:`tumbling`, :func:`sliding`,
+:func:`landmark`, their ``*_count`` forms and :func:`predicate_window`. A spec plus aggregates,
+a partition key and the input stream's schema build a :class:`WindowOperator` (the runtime
+contract of :mod:`epic.operator`). The exact semantics, with diagrams, are in ``docs/windows.md``;
+in short, for a FEW time window with length ``L``, stride ``S`` and emit frequency ``E``, origin
+``o``:
+
+* window ``k`` covers event times ``[o + k*S, o + k*S + L)``;
+* emission instants are every ``o + m*E`` and every window end ``o + k*S + L``;
+* at an instant ``t`` the window *being formed* is the first one that has not ended before
+  ``t``; epic emits the landmark sub-window ``[start, t)`` of it, flagged ``final`` when ``t`` is
+  its end;
+* sub-windows without elements are not emitted;
+* an instant ``t`` is emitted once the watermark reaches ``t`` (no element with a smaller time
+  can arrive any more); at the end of the input, the instant that closes the data (the first
+  instant after the last element) is emitted too.
+
+Count windows apply the same rule to element positions (per key, from 0).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import serde
+from .aggregates import Aggregate, AggSpec
+from .errors import SpecError, StateError
+from .operator import ENTRY_COLUMN
+from .timeunits import check_unit, to_ticks
+
+__all__ = [
+    "WindowSpec",
+    "FewTimeWindow",
+    "FewCountWindow",
+    "PredicateWindow",
+    "few_time",
+    "few_count",
+    "tumbling",
+    "sliding",
+    "landmark",
+    "tumbling_count",
+    "sliding_count",
+    "landmark_count",
+    "predicate_window",
+    "WindowOperator",
+    "window_output_schema",
+    "PredicateWindowOperator",
+    "build_window_operator",
+]
+
+Duration = int | float | timedelta
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+# ------------------------------------------------------------------------------------------
+# Specs
+
+
+class WindowSpec:
+    """Base of window specs (frozen configs; no data)."""
+
+    #: name of the output column holding the emission event time, used as the output stream's
+    #: event-time column.
+    time_column = "window_end"
+
+
+@dataclass(frozen=True)
+class FewTimeWindow(WindowSpec):
+    """A FEW (length, stride, emit frequency) window on event time; see :func:`few_time`."""
+
+    length: Duration | None
+    stride: Duration | None
+    ef: Duration | None
+    origin: int | None = None
+    lateness: Duration = 0
+    panes: bool | None = None
+
+    def __post_init__(self):
+        for what in ("length", "stride", "ef"):
+            v = getattr(self, what)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float, timedelta)):
+                raise SpecError(f"few_time: {what} must be seconds (a number) or a timedelta, "
+                                f"got {v!r}")
+            if _seconds(v) <= 0:
+                raise SpecError(f"few_time: {what} must be positive, got {v!r}")
+        if self.length is None:
+            if self.ef is None:
+                raise SpecError("few_time: a landmark window (length=None) needs ef, the emit "
+                                "frequency, e.g. landmark(ef=1)")
+        else:
+            if self.stride is None:
+                raise SpecError("few_time: stride is required (use tumbling() for stride=length)")
+            if _seconds(self.stride) > _seconds(self.length):
+                raise SpecError(f"few_time: stride {self.stride!r} is longer than length "
+                                f"{self.length!r}, which would skip elements; use stride <= length")
+            if self.ef is not None and _seconds(self.ef) > _seconds(self.length):
+                raise SpecError(f"few_time: ef {self.ef!r} is longer than length {self.length!r};"
+                                " use ef <= length, or ef=None for no early emission")
+        if _seconds(self.lateness) < 0:
+            raise SpecError("few_time: lateness must be >= 0")
+        if self.origin is not None and (isinstance(self.origin, bool)
+                                        or not isinstance(self.origin, (int, np.integer))):
+            raise SpecError(f"few_time: origin must be an integer event time in the stream's unit,"
+                            f" got {self.origin!r}")
+
+    @property
+    def is_landmark(self) -> bool:
+        return self.length is None
+
+    def resolve(self, unit: str) -> "_Grid":
+        """Integer ticks of ``unit`` for length, stride and ef."""
+        check_unit(unit)
+        L = None if self.length is None else to_ticks(self.length, unit, what="length")
+        S = None if self.stride is None or L is None else to_ticks(self.stride, unit, what="stride")
+        E = None if self.ef is None else to_ticks(self.ef, unit, what="ef")
+        return _Grid(L, S, E)
+
+    def lateness_ticks(self, unit: str) -> int:
+        return to_ticks(self.lateness, unit, what="lateness")
+
+
+@dataclass(frozen=True)
+class FewCountWindow(WindowSpec):
+    """A FEW window over element counts per key; see :func:`few_count`."""
+
+    length: int | None
+    stride: int | None
+    ef: int | None
+    panes: bool | None = None
+
+    time_column = "ts"
+
+    def __post_init__(self):
+        for what in ("length", "stride", "ef"):
+            v = getattr(self, what)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+                raise SpecError(f"few_count: {what} must be a positive whole number of elements, "
+                                f"got {v!r}")
+        if self.length is None:
+            if self.ef is None:
+                raise SpecError("few_count: a landmark window (length=None) needs ef")
+        else:
+            if self.stride is None:
+                raise SpecError("few_count: stride is required")
+            if self.stride > self.length:
+                raise SpecError(f"few_count: stride {self.stride} > length {self.length} would "
+                                "skip elements; use stride <= length")
+            if self.ef is not None and self.ef > self.length:
+                raise SpecError(f"few_count: ef {self.ef} > length {self.length}; use ef <= "
+                                "length or ef=None")
+
+    @property
+    def is_landmark(self) -> bool:
+        return self.length is None
+
+    def resolve(self, unit: str | None = None) -> "_Grid":
+        L = self.length
+        return _Grid(L, None if L is None else self.stride, self.ef)
+
+
+@dataclass(frozen=True)
+class PredicateWindow(WindowSpec):
+    """An XQuery FORSEQ-style window bounded by ``start`` / ``end`` predicates.
+
+    See :func:`predicate_window` for the predicate signatures.
+    """
+
+    start: Callable[..., bool]
+    end: Callable[..., bool] | str | None
+    kind: str = "tumbling"
+    force: bool = False
+
+    time_column = "ts"
+
+    def __post_init__(self):
+        if self.kind not in ("tumbling", "sliding", "landmark"):
+            raise SpecError(f"predicate_window: kind must be 'tumbling', 'sliding' or 'landmark',"
+                            f" got {self.kind!r}")
+        if not callable(self.start):
+            raise SpecError("predicate_window: start must be a function (item context -> bool)")
+        if self.end is not None and self.end != "newstart" and not callable(self.end):
+            raise SpecError("predicate_window: end must be a function, 'newstart' or None")
+        if self.end is None and self.kind != "landmark":
+            raise SpecError("predicate_window: end is required unless kind='landmark'; use "
+                            "end='newstart' to end each window where the next one starts")
+
+
+def _seconds(v: Duration) -> float:
+    return v.total_seconds() if isinstance(v, timedelta) else float(v)
+
+
+def few_time(length: Duration | None, stride: Duration | None = None, ef: Duration | None = None,
+             *, origin: int | None = None, lateness: Duration = 0,
+             panes: bool | None = None) -> FewTimeWindow:
+    """A FEW time window (EPIC's ``fewtWindowize``): length, stride, emit frequency.
+
+    While window ``[s, s + length)`` is being formed, every ``ef`` of event time the landmark
+    sub-window ``[s, t)`` is emitted; when the window is complete it is emitted (``final``), and
+    the start slides by ``stride``, keeping the elements the next window shares.
+
+    Args:
+        length: window length in seconds or a timedelta; ``None`` for a landmark window.
+        stride: slide in seconds; defaults to ``length`` (tumbling).
+        ef: emit frequency; ``None`` emits complete windows only.
+        origin: event time (stream unit) where window 0 starts; default: the key's first element.
+        lateness: how far out of order (seconds) elements may arrive and still be counted.
+        panes: force (True) or forbid (False) the pane representation for aggregates with
+            ``merge``; by default panes are used when an aggregate has no ``remove`` or when the
+            stride is longer than ``ef``.
+
+    >>> few_time(60, 1, 1)  # [0,1), [0,2), ..., [0,60), then [1,61), [2,62), ...
+    FewTimeWindow(length=60, stride=1, ef=1, origin=None, lateness=0, panes=None)
+    """
+    if stride is None and length is not None:
+        stride = length
+    return FewTimeWindow(length, stride, ef, origin, lateness, panes)
+
+
+def tumbling(length: Duration, ef: Duration | None = None, **kw) -> FewTimeWindow:
+    """Tumbling time window: ``few_time(length, length, ef)``."""
+    return few_time(length, length, ef, **kw)
+
+
+def sliding(length: Duration, stride: Duration, **kw) -> FewTimeWindow:
+    """Sliding time window without early emission: ``few_time(length, stride, None)``."""
+    return few_time(length, stride, None, **kw)
+
+
+def landmark(ef: Duration, **kw) -> FewTimeWindow:
+    """Landmark time window from the origin, emitted every ``ef``: ``few_time(None, None, ef)``."""
+    return few_time(None, None, ef, **kw)
+
+
+def few_count(length: int | None, stride: int | None = None, ef: int | None = None,
+              *, panes: bool | None = None) -> FewCountWindow:
+    """A FEW window over element counts per key (positions 0, 1, 2, ...).
+
+    >>> few_count(100, 10, 5).length
+    100
+    """
+    if stride is None and length is not None:
+        stride = length
+    return FewCountWindow(length, stride, ef, panes)
+
+
+def tumbling_count(length: int, ef: int | None = None) -> FewCountWindow:
+    """Tumbling count window."""
+    return few_count(length, length, ef)
+
+
+def sliding_count(length: int, stride: int) -> FewCountWindow:
+    """Sliding count window without early emission."""
+    return few_count(length, stride, None)
+
+
+def landmark_count(ef: int) -> FewCountWindow:
+    """Landmark count window, emitted every ``ef`` elements."""
+    return few_count(None, None, ef)
+
+
+def predicate_window(start: Callable[..., bool], end: Callable[..., bool] | str | None = None, *,
+                     kind: str = "tumbling", force: bool = False) -> PredicateWindow:
+    """A window whose boundaries are predicates over items (XQuery 3.0 FORSEQ).
+
+    ``start(cur, prev, next, pos)`` is asked for each item; ``end(first, cur, prev, next, pos)``
+    for each item of an open window (``first`` is the window's first item, ``pos`` the current
+    item's position in the key's sequence, from 0). Items are dicts of the row's columns;
+    ``prev`` / ``next`` are ``None`` at the edges. Predicates may declare fewer parameters
+    (they are passed by position, in that order). Asking for ``next`` delays each decision by one
+    item.
+
+    Kinds:
+        ``tumbling``: a window opens at an item where ``start`` holds and no window is open.
+        ``sliding``: every item where ``start`` holds opens a window (they may overlap).
+        ``landmark``: like tumbling, but the open window is emitted at every item (early
+        results); with ``end=None`` it never closes.
+
+    ``end="newstart"`` closes a window just before the next item where ``start`` holds.
+    ``force=True`` drops a window still open when the input ends (XQuery's ``only end``);
+    by default it is emitted, not final.
+    """
+    return PredicateWindow(start, end, kind, force)
+
+
+# ------------------------------------------------------------------------------------------
+# Grid arithmetic
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Window geometry in integer ticks (or positions). ``L is None`` means landmark."""
+
+    L: int | None
+    S: int | None
+    E: int | None
+
+    def next_instant(self, o: int, after: int) -> int:
+        """First emission instant strictly after ``after`` (instants: o+mE and window ends)."""
+        best = INT64_MAX * 4
+        if self.E is not None:
+            m = (after - o) // self.E + 1
+            best = o + m * self.E
+        if self.L is not None:
+            k = _ceil_div(after + 1 - o - self.L, self.S)
+            if k < 0:
+                k = 0
+            best = min(best, o + k * self.S + self.L)
+        return best
+
+    def next_boundary(self, o: int, after: int) -> int:
+        """First pane boundary strictly after ``after``: instants plus window starts."""
+        b = self.next_instant(o, after)
+        if self.L is not None:
+            k = (after - o) // self.S + 1
+            b = min(b, o + k * self.S)
+        return b
+
+    def prev_boundary(self, o: int, at: int) -> int:
+        """Largest pane boundary ``<= at`` (and ``>= o``)."""
+        best = o
+        if at <= o:
+            return o
+        if self.E is not None:
+            best = max(best, o + ((at - o) // self.E) * self.E)
+        if self.L is not None:
+            best = max(best, o + ((at - o) // self.S) * self.S)
+            if at - o >= self.L:
+                best = max(best, o + ((at - o - self.L) // self.S) * self.S + self.L)
+        return best
+
+    def window_start(self, o: int, t: int) -> int:
+        """Start of the window being formed at instant ``t``."""
+        if self.L is None:
+            return o
+        k = _ceil_div(t - o - self.L, self.S)
+        return o + max(k, 0) * self.S
+
+    def is_final(self, o: int, t: int) -> bool:
+        if self.L is None:
+            return False
+        s = self.window_start(o, t)
+        return t == s + self.L
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+# ------------------------------------------------------------------------------------------
+# Per-key element buffer: chunks of (time, columns), positions are absolute.
+
+
+class _Buffer:
+    """Append-only, time-sorted element store addressed by absolute positions.
+
+    Chunks are kept as they arrive (no quadratic re-concatenation); ``drop_before`` forgets
+    chunks that every consumer has passed.
+    """
+
+    __slots__ = ("chunks", "starts", "end", "base")
+
+    def __init__(self):
+        self.chunks: list[tuple[np.ndarray, list]] = []  # (times, [col arrays])
+        self.starts: list[int] = []
+        self.end = 0  # absolute position one past the last element
+        self.base = 0  # absolute position of the first stored element
+
+    def __len__(self):
+        return self.end - self.base
+
+    def append(self, times: np.ndarray, cols: list):
+        if not len(times):
+            return
+        self.chunks.append((times, cols))
+        self.starts.append(self.end)
+        self.end += len(times)
+
+    def last_time(self):
+        return self.chunks[-1][0][-1] if self.chunks else None
+
+    def _chunk_index(self, pos: int) -> int:
+        # Positions move forward monotonically, so the wanted chunk is almost always first.
+        i = 0
+        starts = self.starts
+        n = len(starts)
+        while i + 1 < n and starts[i + 1] <= pos:
+            i += 1
+        return i
+
+    def search(self, t: int, lo: int) -> int:
+        """First absolute position ``>= lo`` whose time is ``>= t``."""
+        if lo >= self.end:
+            return self.end
+        i = self._chunk_index(lo)
+        while i < len(self.chunks):
+            times = self.chunks[i][0]
+            start = self.starts[i]
+            if times[-1] >= t:
+                j = int(np.searchsorted(times, t, side="left"))
+                return max(start + j, lo)
+            i += 1
+        return self.end
+
+    def slice(self, a: int, b: int) -> tuple[np.ndarray, list]:
+        """Times and columns of positions ``[a, b)``."""
+        if a >= b:
+            return None
+        i = self._chunk_index(a)
+        parts_t = []
+        parts_c = None
+        while a < b:
+            times, cols = self.chunks[i]
+            start = self.starts[i]
+            j0 = a - start
+            j1 = min(b - start, len(times))
+            parts_t.append(times[j0:j1])
+            if parts_c is None:
+                parts_c = [[c[j0:j1]] for c in cols]
+            else:
+                for acc, c in zip(parts_c, cols):
+                    acc.append(c[j0:j1])
+            a = start + j1
+            i += 1
+        if len(parts_t) == 1:
+            return parts_t[0], [p[0] for p in parts_c]
+        return np.concatenate(parts_t), [np.concatenate(p) for p in parts_c]
+
+    def drop_before(self, pos: int):
+        while self.chunks and self.starts[0] + len(self.chunks[0][0]) <= pos:
+            self.chunks.pop(0)
+            self.starts.pop(0)
+        self.base = self.starts[0] if self.chunks else self.end
+
+    def replace_tail(self, pos: int, times: np.ndarray, cols: list):
+        """Replace everything from absolute ``pos`` on (used to re-sort a pending tail)."""
+        kept_t, kept_c = [], None
+        if self.end > pos:
+            # cut chunks at pos
+            while self.chunks and self.starts[-1] >= pos:
+                self.chunks.pop()
+                self.starts.pop()
+            if self.chunks and self.starts[-1] + len(self.chunks[-1][0]) > pos:
+                t, c = self.chunks[-1]
+                cut = pos - self.starts[-1]
+                self.chunks[-1] = (t[:cut], [x[:cut] for x in c])
+            self.end = pos
+        self.append(times, cols)
+
+    # snapshot ------------------------------------------------------------------------
+    def to_state(self):
+        if not self.chunks:
+            return [self.base, self.end, None, None]
+        t, c = self.slice(self.base, self.end)
+        return [self.base, self.end, t, c]
+
+    @classmethod
+    def from_state(cls, st):
+        b = cls()
+        base, end, t, c = st
+        b.base = b.end = base
+        if t is not None:
+            b.append(t, c)
+        assert b.end == end
+        return b
+
+
+# ------------------------------------------------------------------------------------------
+# Two-stacks sliding-window aggregation over pane partials (amortised O(1) merges per pane).
+
+
+class _TwoStacks:
+    """FIFO of partials with O(1) amortised ``merge`` queries (front = oldest)."""
+
+    __slots__ = ("agg", "front", "front_aggs", "back", "back_agg")
+
+    def __init__(self, agg: Aggregate):
+        self.agg = agg
+        self.front: list = []  # oldest at the end (stack top)
+        self.front_aggs: list = []  # front_aggs[i] = merge of front[i] and everything newer in front
+        self.back: list = []
+        self.back_agg = None
+
+    def push(self, partial):
+        self.back.append(partial)
+        self.back_agg = partial if self.back_agg is None else self.agg.merge(self.back_agg, partial)
+
+    def pop(self):
+        if not self.front:
+            self._flip()
+        self.front.pop()
+        self.front_aggs.pop()
+
+    def _flip(self):
+        merge = self.agg.merge
+        acc = None
+        # walk newest -> oldest so the stack top ends up the oldest
+        for p in reversed(self.back):
+            acc = p if acc is None else merge(p, acc)
+            self.front.append(p)
+            self.front_aggs.append(acc)
+        self.back.clear()
+        self.back_agg = None
+
+    def query(self):
+        f = self.front_aggs[-1] if self.front_aggs else None
+        b = self.back_agg
+        if f is None:
+            return b
+        if b is None:
+            return f
+        return self.agg.merge(f, b)
+
+    def to_state(self):
+        # Ordered oldest -> newest; the structure is rebuilt on restore.
+        return list(reversed(self.front)) + list(self.back)
+
+    @classmethod
+    def from_state(cls, agg, partials):
+        ts = cls(agg)
+        for p in partials:
+            ts.push(p)
+        return ts
+
+
+# ------------------------------------------------------------------------------------------
+# The operator
+
+
+@dataclass
+class _Key:
+    """Window state of one partition key."""
+
+    origin: int
+    done: int  # last processed boundary: elements before it are added, instants up to it emitted
+    buf: _Buffer
+    hi: int  # absolute position: elements before it were added
+    lo: int  # absolute position: elements before it were removed (remove-mode aggregates)
+    states: list  # per aggregate: its state (None for pane-mode aggregates)
+    panes: list  # per aggregate: a _TwoStacks of pane partials (pane mode) or None
+    seg_starts: list  # start time of each non-empty segment between boundaries, oldest first
+    seg_counts: list  # elements in each of those segments
+    in_window: int  # elements in the window being formed
+    entry: int  # newest arrival time among added elements (delay logging)
+    last_time: int  # event time of the newest added element
+    seen: int  # elements received (count windows: the next position)
+    key_order: int
+
+
+class WindowOperator:
+    """Runtime logic of a FEW time or count window with aggregates, per partition key.
+
+    Args:
+        spec: a :class:`FewTimeWindow` or :class:`FewCountWindow`.
+        aggregates: the bound aggregates.
+        schema: the input schema.
+        time: the input's event-time column.
+        unit: the input's time unit.
+        key: partition key column(s), or None for one global window.
+
+    Elements are buffered until the watermark passes the next boundary (an emission instant or a
+    window start); then the elements before that boundary are added, per aggregate: to the
+    running state (``remove``/``add``/``reset`` modes) or as one pane partial (``pane`` mode).
+    Every element is added exactly once and, in ``remove`` mode, removed exactly once. Results do
+    not depend on how the input is cut into batches.
+    """
+
+    def __init__(self, spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Schema,
+                 time: str, unit: str = "s", key: str | Sequence[str] | None = None):
+        if isinstance(spec, PredicateWindow):
+            raise SpecError("predicate windows run in PredicateWindowOperator")
+        self.spec = spec
+        self.aggs = list(aggregates)
+        if not self.aggs:
+            raise SpecError("a window needs at least one aggregate, e.g. epic.count()")
+        self.schema = schema
+        self.time = time
+        self.unit = unit
+        self.keys = _key_tuple(key)
+        self.count_mode = isinstance(spec, FewCountWindow)
+        self.grid = spec.resolve(unit)
+        self.lateness = 0 if self.count_mode else spec.lateness_ticks(unit)
+        self.fixed_origin = None if self.count_mode else spec.origin
+        self.has_entry = ENTRY_COLUMN in schema.names
+        _check_columns(schema, time, self.keys, self.aggs)
+        cols: list[str] = []
+        for a in self.aggs:
+            for c in a.columns:
+                if c not in cols:
+                    cols.append(c)
+        self.value_columns = cols
+        # stored per element: aggregate inputs, then event time, then arrival time
+        self.stored = cols + ["__time"] + (["__entry"] if self.has_entry else [])
+        self._col_index = {c: i for i, c in enumerate(self.stored)}
+        self._agg_cols = [[self._col_index[c] for c in a.columns] for a in self.aggs]
+        self.modes = [_choose_mode(a, spec, self.grid) for a in self.aggs]
+        self.any_remove = "remove" in self.modes
+        self.any_reset = "reset" in self.modes
+        self.output_schema = window_output_schema(spec, self.aggs, schema, key)
+        self._key_state: dict[Any, _Key] = {}
+        self._watermark: int | None = None
+        self._max_time: int | None = None
+        #: rows dropped because they arrived behind the watermark (reported, never silent)
+        self.late_rows = 0
+
+    # -- public protocol -----------------------------------------------------------------
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        times = _int_column(batch, self.time)
+        if not self.count_mode:
+            keep = self._drop_late(times)
+            if keep is not None:
+                batch = batch.filter(pa.array(keep))
+                times = times[keep]
+                if not len(times):
+                    return []
+            mx = int(times.max())
+            self._max_time = mx if self._max_time is None else max(self._max_time, mx)
+        columns = [_value_column(batch, c) for c in self.value_columns]
+        columns.append(times)
+        if self.has_entry:
+            columns.append(batch.column(ENTRY_COLUMN).to_numpy(zero_copy_only=False)
+                           .astype(np.int64))
+        for key_value, idx in _group_rows(batch, self.keys):
+            ks = self._key_state.get(key_value)
+            cols = columns if idx is None else [c[idx] for c in columns]
+            if ks is None:
+                ks = self._new_key(self._origin_for(cols[-1 - self.has_entry]))
+                self._key_state[key_value] = ks
+            self._append(ks, cols)
+        if not self.count_mode:
+            wm = self._max_time - self.lateness
+            if self._watermark is None or wm > self._watermark:
+                self._watermark = wm
+        return self._emit_all(final=False)
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        if self.count_mode:
+            return []
+        watermark = int(watermark)
+        if self._watermark is not None and watermark <= self._watermark:
+            return []
+        self._watermark = watermark
+        return self._emit_all(final=False)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        if not self.count_mode:
+            end = self._watermark
+            if self._max_time is not None:
+                end = self._max_time + 1 if end is None else max(end, self._max_time + 1)
+            if end is None:
+                return []
+            self._watermark = end
+        return self._emit_all(final=True)
+
+    @property
+    def watermark(self) -> int | None:
+        """The operator's watermark: no element with a smaller event time is accepted."""
+        return self._watermark
+
+    # -- ingest --------------------------------------------------------------------------
+    def _drop_late(self, times: np.ndarray):
+        """Mask of on-time rows, decided per element so that batch boundaries do not matter."""
+        prev = np.empty(len(times), dtype=np.int64)
+        prev[0] = INT64_MIN if self._max_time is None else self._max_time
+        if len(times) > 1:
+            np.maximum.accumulate(times[:-1], out=prev[1:])
+            if self._max_time is not None:
+                np.maximum(prev[1:], self._max_time, out=prev[1:])
+        late = times < (prev - self.lateness if self.lateness else prev)
+        if self._watermark is not None:
+            late |= times < self._watermark
+        if not late.any():
+            return None
+        self.late_rows += int(late.sum())
+        return ~late
+
+    def _origin_for(self, times: np.ndarray) -> int:
+        if self.count_mode:
+            return 0
+        if self.fixed_origin is not None:
+            return int(self.fixed_origin)
+        return int(times.min())
+
+    def _new_key(self, origin: int) -> _Key:
+        return _Key(
+            origin=origin, done=origin, buf=_Buffer(), hi=0, lo=0,
+            states=[a.aggregate.init() if m != "pane" else None
+                    for a, m in zip(self.aggs, self.modes)],
+            panes=[_TwoStacks(a.aggregate) if m == "pane" else None
+                   for a, m in zip(self.aggs, self.modes)],
+            seg_starts=[], seg_counts=[], in_window=0, entry=0, last_time=0, seen=0,
+            key_order=len(self._key_state),
+        )
+
+    def _append(self, ks: _Key, cols: list):
+        ti = len(self.value_columns)
+        n = len(cols[ti])
+        if self.count_mode:
+            pos = np.arange(ks.seen, ks.seen + n, dtype=np.int64)
+            ks.seen += n
+            ks.buf.append(pos, cols)
+            return
+        ks.seen += n
+        t = cols[ti]
+        if n > 1 and np.any(t[1:] < t[:-1]):
+            order = np.argsort(t, kind="stable")
+            cols = [c[order] for c in cols]
+            t = cols[ti]
+        last = ks.buf.last_time()
+        if last is not None and ks.buf.end > ks.hi and t[0] < last:
+            # out of order within the lateness bound: re-sort the pending (not yet added) tail
+            pend_t, pend_c = ks.buf.slice(ks.hi, ks.buf.end)
+            all_t = np.concatenate([pend_t, t])
+            order = np.argsort(all_t, kind="stable")
+            all_c = [np.concatenate([p, c])[order] for p, c in zip(pend_c, cols)]
+            ks.buf.replace_tail(ks.hi, all_t[order], all_c)
+        else:
+            ks.buf.append(t, cols)
+
+    # -- emission ------------------------------------------------------------------------
+    def _emit_all(self, final: bool) -> list[pa.RecordBatch]:
+        rows: list = []
+        wm = self._watermark
+        for key_value, ks in self._key_state.items():
+            self._advance(key_value, ks, ks.seen if self.count_mode else wm, final, rows)
+        if not rows:
+            return []
+        if len(self._key_state) > 1:
+            rows.sort(key=lambda r: (r[2], r[0]))
+        return [self._rows_to_batch(rows)]
+
+    def _advance(self, key_value, ks: _Key, wm: int | None, final: bool, rows: list):
+        if wm is None:
+            return
+        grid = self.grid
+        o = ks.origin
+        buf = ks.buf
+        # at the end of the input, also the instant that closes the data (first instant >= wm)
+        limit = grid.next_instant(o, wm - 1) if final else wm
+        while True:
+            if ks.in_window == 0:
+                if ks.hi >= buf.end:
+                    break  # idle: nothing in the window, nothing pending
+                # skip the boundaries of an empty stretch up to the next pending element
+                nxt = int(buf.slice(ks.hi, ks.hi + 1)[0][0])
+                jump = grid.prev_boundary(o, nxt)
+                if jump > ks.done:
+                    ks.done = jump
+            b = grid.next_boundary(o, ks.done)
+            if b > limit:
+                break
+            hi_new = buf.search(b, ks.hi)
+            self._add_segment(ks, ks.hi, hi_new)
+            ks.done = b
+            if grid.next_instant(o, b - 1) != b:
+                continue  # a window start that is no emission instant
+            s = grid.window_start(o, b)
+            self._evict(ks, s)
+            if ks.in_window > 0:
+                rows.append(self._result_row(key_value, ks, s, b))
+            if self.any_reset and grid.is_final(o, b):
+                for i, m in enumerate(self.modes):
+                    if m == "reset":
+                        ks.states[i] = self.aggs[i].aggregate.init()
+        keep_from = ks.lo if self.any_remove else ks.hi
+        if keep_from > buf.base:
+            buf.drop_before(keep_from)
+
+    def _add_segment(self, ks: _Key, a: int, b: int):
+        """Add elements ``[a, b)`` (times in ``[ks.done, boundary)``) as one segment."""
+        if b <= a:
+            return
+        t, cols = ks.buf.slice(a, b)
+        for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
+            values = _agg_values(cols, self._agg_cols[i], t)
+            if mode == "pane":
+                ks.panes[i].push(spec.aggregate.add_batch(spec.aggregate.init(), values))
+            else:
+                ks.states[i] = spec.aggregate.add_batch(ks.states[i], values)
+        n = b - a
+        if self.grid.L is not None:
+            ks.seg_starts.append(ks.done)
+            ks.seg_counts.append(n)
+        ks.in_window += n
+        ks.last_time = int(cols[self._col_index["__time"]][-1])
+        if self.has_entry:
+            ks.entry = max(ks.entry, int(cols[self._col_index["__entry"]].max()))
+        ks.hi = b
+
+    def _evict(self, ks: _Key, s: int):
+        """Drop everything before window start ``s``."""
+        if self.grid.L is None:
+            return
+        while ks.seg_starts and ks.seg_starts[0] < s:
+            ks.seg_starts.pop(0)
+            ks.in_window -= ks.seg_counts.pop(0)
+            for p in ks.panes:
+                if p is not None:
+                    p.pop()
+        if self.any_remove:
+            lo_new = min(ks.buf.search(s, ks.lo), ks.hi)
+            if lo_new > ks.lo:
+                t, cols = ks.buf.slice(ks.lo, lo_new)
+                for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
+                    if mode == "remove":
+                        ks.states[i] = spec.aggregate.remove_batch(
+                            ks.states[i], _agg_values(cols, self._agg_cols[i], t))
+                ks.lo = lo_new
+
+    def _result_row(self, key_value, ks: _Key, s: int, t: int) -> tuple:
+        results = []
+        for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
+            if mode == "pane":
+                st = ks.panes[i].query()
+                results.append(spec.aggregate.result(spec.aggregate.init() if st is None else st))
+            else:
+                results.append(spec.aggregate.result(ks.states[i]))
+        return (ks.key_order, key_value, t, s, self.grid.is_final(ks.origin, t), results,
+                ks.last_time, ks.entry)
+
+    def _rows_to_batch(self, rows: list) -> pa.RecordBatch:
+        schema = self.output_schema
+        arrays = []
+        nkeys = len(self.keys)
+        if nkeys == 1:
+            arrays.append(pa.array([r[1] for r in rows], type=schema.field(0).type))
+        elif nkeys > 1:
+            for j in range(nkeys):
+                arrays.append(pa.array([r[1][j] for r in rows], type=schema.field(j).type))
+        arrays.append(pa.array([r[3] for r in rows], type=pa.int64()))
+        arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
+        arrays.append(pa.array([r[4] for r in rows], type=pa.bool_()))
+        base = nkeys + 3
+        if self.count_mode:
+            arrays.append(pa.array([r[6] for r in rows], type=pa.int64()))
+            base += 1
+        for i, a in enumerate(self.aggs):
+            arrays.append(_to_arrow([r[5][i] for r in rows], schema.field(base + i).type, a.name))
+        if self.has_entry:
+            arrays.append(pa.array([r[7] for r in rows], type=pa.int64()))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    # -- snapshot --------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        keys = []
+        for key_value, ks in self._key_state.items():
+            keys.append([
+                list(key_value) if isinstance(key_value, tuple) else key_value,
+                ks.origin, ks.done, ks.buf.to_state(), ks.hi, ks.lo, ks.states,
+                [p.to_state() if p is not None else None for p in ks.panes],
+                ks.seg_starts, ks.seg_counts, ks.in_window, ks.entry, ks.last_time, ks.seen,
+                ks.key_order,
+            ])
+        return serde.packb({
+            "format": "epic.window/1", "watermark": self._watermark, "max_time": self._max_time,
+            "late_rows": self.late_rows, "keys": keys,
+        })
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.window/1":
+            raise StateError("not a window operator snapshot (format epic.window/1)")
+        self._watermark = st["watermark"]
+        self._max_time = st["max_time"]
+        self.late_rows = st["late_rows"]
+        self._key_state = {}
+        for (kv, origin, done, buf, hi, lo, states, panes, sstarts, scounts, inw, entry, last,
+             seen, order) in st["keys"]:
+            key_value = tuple(kv) if len(self.keys) > 1 else kv
+            self._key_state[key_value] = _Key(
+                origin=origin, done=done, buf=_Buffer.from_state(buf), hi=hi, lo=lo,
+                states=states,
+                panes=[_TwoStacks.from_state(a.aggregate, p) if p is not None else None
+                       for a, p in zip(self.aggs, panes)],
+                seg_starts=sstarts, seg_counts=scounts, in_window=inw, entry=entry,
+                last_time=last, seen=seen, key_order=order,
+            )
+
+
+INT64_MIN = np.iinfo(np.int64).min
+
+
+def _choose_mode(spec: AggSpec, window: WindowSpec, grid: _Grid) -> str:
+    """How one aggregate runs on this window: 'add' | 'remove' | 'pane' | 'reset'."""
+    a = spec.aggregate
+    if grid.L is None:
+        return "add"  # landmark: nothing ever leaves
+    want_panes = getattr(window, "panes", None)
+    if want_panes is True:
+        if not a.has_merge:
+            raise SpecError(f"aggregate {spec.name!r}: panes=True needs a merge hook")
+        return "pane"
+    if a.has_remove and (want_panes is False or not a.has_merge
+                         or grid.E is None or grid.S <= grid.E):
+        return "remove"
+    if a.has_merge and want_panes is not False:
+        return "pane"
+    if a.has_remove:
+        return "remove"
+    if grid.L == grid.S:
+        return "reset"
+    raise SpecError(
+        f"aggregate {spec.name!r} has neither remove nor merge, so it cannot run on a sliding "
+        f"window (stride < length): define remove(state, e) or merge(older, newer), or use a "
+        f"tumbling or landmark window")
+
+
+def _key_tuple(key) -> tuple[str, ...]:
+    if key is None:
+        return ()
+    if isinstance(key, str):
+        return (key,)
+    return tuple(key)
+
+
+def _check_columns(schema: pa.Schema, time: str, keys: tuple, aggs: Sequence[AggSpec]):
+    names = schema.names
+    if time not in names:
+        raise SpecError(f"event-time column {time!r} is not in the input (columns: "
+                        f"{', '.join(names)})")
+    t = schema.field(time).type
+    if not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
+        raise SpecError(f"event-time column {time!r} must be an integer column, not {t}; convert "
+                        "times to integer ticks at the source (never floats)")
+    for k in keys:
+        if k not in names:
+            raise SpecError(f"key column {k!r} is not in the input (columns: {', '.join(names)})")
+    seen = set(keys) | {"window_start", "window_end", "final"}
+    for a in aggs:
+        for c in a.columns:
+            if c not in names:
+                raise SpecError(f"aggregate {a.name!r}: column {c!r} is not in the input "
+                                f"(columns: {', '.join(names)})")
+        if a.name in seen:
+            raise SpecError(f"aggregate output name {a.name!r} clashes with another output column;"
+                            " pass name=... to rename it")
+        seen.add(a.name)
+
+
+def window_output_schema(spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Schema,
+                         key=None) -> pa.Schema:
+    """Output schema of a window node: keys, bounds, ``final``, (``ts``), results, (``_entry``)."""
+    fields = [schema.field(k) for k in _key_tuple(key)]
+    if isinstance(spec, PredicateWindow):
+        fields += [pa.field("window_start", pa.int64()), pa.field("window_end", pa.int64()),
+                   pa.field("final", pa.bool_()), pa.field("ts", pa.int64())]
+    else:
+        fields += [pa.field("window_start", pa.int64()), pa.field("window_end", pa.int64()),
+                   pa.field("final", pa.bool_())]
+        if isinstance(spec, FewCountWindow):
+            fields.append(pa.field("ts", pa.int64()))
+    for a in aggregates:
+        in_types = [schema.field(c).type for c in a.columns] if all(
+            c in schema.names for c in a.columns) else []
+        fields.append(pa.field(a.name, a.aggregate.output_type(in_types)))
+    if ENTRY_COLUMN in schema.names:
+        fields.append(pa.field(ENTRY_COLUMN, pa.int64()))
+    return pa.schema(fields)
+
+
+def _int_column(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    col = batch.column(name)
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.int64())
+    if col.null_count:
+        raise SpecError(f"event-time column {name!r} has nulls")
+    return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _value_column(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    col = batch.column(name)
+    if pa.types.is_integer(col.type) and col.null_count:
+        return np.array(col.to_pylist(), dtype=object)
+    return col.to_numpy(zero_copy_only=False)
+
+
+def _agg_values(cols: list, idx: list[int], times: np.ndarray):
+    if not idx:
+        return times
+    if len(idx) == 1:
+        return cols[idx[0]]
+    return tuple(cols[i] for i in idx)
+
+
+def _group_rows(batch: pa.RecordBatch, keys: tuple):
+    """[(key_value, row_indices or None)] in order of first appearance."""
+    if not keys:
+        return [(None, None)]
+    if len(keys) == 1:
+        col = batch.column(keys[0])
+        if pa.types.is_integer(col.type) and not col.null_count:
+            arr = col.to_numpy()
+            uniq, first, inv = np.unique(arr, return_index=True, return_inverse=True)
+            if len(uniq) == 1:
+                return [(uniq[0].item(), None)]
+            order = np.argsort(inv, kind="stable")
+            counts = np.bincount(inv, minlength=len(uniq))
+            splits = np.split(order, np.cumsum(counts)[:-1])
+            appearance = np.argsort(first, kind="stable")
+            return [(uniq[j].item(), splits[j]) for j in appearance]
+        enc = pc.dictionary_encode(col)
+        codes = enc.indices.to_numpy(zero_copy_only=False)
+        values = enc.dictionary.to_pylist()
+        if col.null_count:
+            codes = np.where(np.isnan(codes.astype(float)), len(values), codes).astype(np.int64)
+            values = values + [None]
+        return _split_codes(codes, values)
+    codes_list, dicts = [], []
+    for k in keys:
+        enc = pc.dictionary_encode(batch.column(k))
+        c = enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False)
+        codes_list.append(c.astype(np.int64))
+        dicts.append(enc.dictionary.to_pylist() + [None])
+    stacked = np.stack(codes_list, axis=1)
+    uniq, inv = np.unique(stacked, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    values = [tuple(d[c] for d, c in zip(dicts, row)) for row in uniq.tolist()]
+    return _split_codes(inv, values)
+
+
+def _split_codes(codes: np.ndarray, values: list):
+    uniq, first, inv = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    counts = np.bincount(inv, minlength=len(uniq))
+    splits = np.split(order, np.cumsum(counts)[:-1])
+    appearance = np.argsort(first, kind="stable")
+    if len(uniq) == 1:
+        return [(values[uniq[0]], None)]
+    return [(values[uniq[j]], splits[j]) for j in appearance]
+
+
+def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        raise SpecError(f"aggregate {name!r}: result values do not fit its declared result type "
+                        f"{typ} ({exc}); set result_type on the aggregate") from exc
+
+
+# ------------------------------------------------------------------------------------------
+# Predicate windows (XQuery FORSEQ)
+
+
+def _arity(fn: Callable, most: int) -> int:
+    """How many positional arguments ``fn`` takes, capped at ``most``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return most
+    n = 0
+    for p in params:
+        if p.kind == p.VAR_POSITIONAL:
+            return most
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            n += 1
+    return min(n, most)
+
+
+class PredicateWindowOperator:
+    """Runtime logic of :func:`predicate_window`, per partition key, item by item.
+
+    Output rows carry ``window_start`` / ``window_end``: the event times of the window's first and
+    last item (both inclusive), ``final`` (False for early landmark results and for windows still
+    open when the input ends), ``ts`` (= ``window_end``) and the aggregate results.
+    """
+
+    def __init__(self, spec: PredicateWindow, aggregates: Sequence[AggSpec], schema: pa.Schema,
+                 time: str, unit: str = "s", key: str | Sequence[str] | None = None):
+        self.spec = spec
+        self.aggs = list(aggregates)
+        if not self.aggs:
+            raise SpecError("a window needs at least one aggregate, e.g. epic.count()")
+        self.schema = schema
+        self.time = time
+        self.keys = _key_tuple(key)
+        _check_columns(schema, time, self.keys, self.aggs)
+        self.has_entry = ENTRY_COLUMN in schema.names
+        self.output_schema = window_output_schema(spec, self.aggs, schema, key)
+        self._start_n = _arity(spec.start, 4)
+        self._end_fn = spec.end if callable(spec.end) else None
+        self._end_n = _arity(self._end_fn, 5) if self._end_fn else 0
+        self.lookahead = self._start_n >= 3 or self._end_n >= 4
+        self._state: dict[Any, list] = {}  # key -> [pos, prev, pending, open windows]
+        self._order: dict[Any, int] = {}
+
+    # item hooks ----------------------------------------------------------------------------
+    def _start(self, cur, prev, nxt, pos) -> bool:
+        return bool(self.spec.start(*(cur, prev, nxt, pos)[: self._start_n]))
+
+    def _end(self, first, cur, prev, nxt, pos) -> bool:
+        return bool(self._end_fn(*(first, cur, prev, nxt, pos)[: self._end_n]))
+
+    def _element(self, spec: AggSpec, item: dict):
+        if not spec.columns:
+            return item[self.time]
+        if len(spec.columns) == 1:
+            return item[spec.columns[0]]
+        return tuple(item[c] for c in spec.columns)
+
+    def _open(self, item: dict, pos: int) -> list:
+        return [item[self.time], pos, [a.aggregate.init() for a in self.aggs], 0, item]
+
+    def _add(self, win: list, item: dict):
+        win[2] = [a.aggregate.add(s, self._element(a, item)) for a, s in zip(self.aggs, win[2])]
+        win[3] = max(win[3], item.get(ENTRY_COLUMN, 0) or 0) if self.has_entry else 0
+
+    def _row(self, key_value, win: list, last_time: int, final: bool) -> tuple:
+        results = [a.aggregate.result(s) for a, s in zip(self.aggs, win[2])]
+        return (key_value, win[0], last_time, final, results, win[3])
+
+    def _step(self, key_value, st: list, cur: dict, nxt: dict | None, out: list):
+        pos, prev = st[0], st[1]
+        windows = st[3]
+        kind = self.spec.kind
+        starts = self._start(cur, prev, nxt, pos)
+        if self.spec.end == "newstart" and starts:
+            for w in windows:
+                out.append(self._row(key_value, w, prev[self.time], True))
+            windows.clear()
+        if starts and (kind == "sliding" or not windows):
+            windows.append(self._open(cur, pos))
+        t = cur[self.time]
+        keep = []
+        for w in windows:
+            self._add(w, cur)
+            if self._end_fn is not None and self._end(w[4], cur, prev, nxt, pos):
+                out.append(self._row(key_value, w, t, True))
+            else:
+                if kind == "landmark":
+                    out.append(self._row(key_value, w, t, False))
+                keep.append(w)
+        st[3] = keep
+        st[0] = pos + 1
+        st[1] = cur
+
+    # protocol ------------------------------------------------------------------------------
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        out: list = []
+        key_cols = self.keys
+        for item in batch.to_pylist():
+            if not key_cols:
+                kv = None
+            elif len(key_cols) == 1:
+                kv = item[key_cols[0]]
+            else:
+                kv = tuple(item[c] for c in key_cols)
+            st = self._state.get(kv)
+            if st is None:
+                st = self._state[kv] = [0, None, None, []]
+                self._order[kv] = len(self._order)
+            if self.lookahead:
+                pending, st[2] = st[2], item
+                if pending is not None:
+                    self._step(kv, st, pending, item, out)
+            else:
+                self._step(kv, st, item, None, out)
+        return [self._to_batch(out)] if out else []
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return []
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        out: list = []
+        for kv, st in self._state.items():
+            if st[2] is not None:
+                pending, st[2] = st[2], None
+                self._step(kv, st, pending, None, out)
+            if not self.spec.force and st[1] is not None:
+                for w in st[3]:
+                    if self.spec.kind != "landmark":
+                        out.append(self._row(kv, w, st[1][self.time], False))
+            st[3] = []
+        return [self._to_batch(out)] if out else []
+
+    def _to_batch(self, rows: list) -> pa.RecordBatch:
+        schema = self.output_schema
+        nkeys = len(self.keys)
+        arrays = []
+        if nkeys == 1:
+            arrays.append(pa.array([r[0] for r in rows], type=schema.field(0).type))
+        elif nkeys > 1:
+            for j in range(nkeys):
+                arrays.append(pa.array([r[0][j] for r in rows], type=schema.field(j).type))
+        arrays.append(pa.array([r[1] for r in rows], type=pa.int64()))
+        arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
+        arrays.append(pa.array([r[3] for r in rows], type=pa.bool_()))
+        arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
+        base = nkeys + 4
+        for i, a in enumerate(self.aggs):
+            arrays.append(_to_arrow([r[4][i] for r in rows], schema.field(base + i).type, a.name))
+        if self.has_entry:
+            arrays.append(pa.array([r[5] for r in rows], type=pa.int64()))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def snapshot(self) -> bytes:
+        keys = [[list(kv) if isinstance(kv, tuple) else kv, st, self._order[kv]]
+                for kv, st in self._state.items()]
+        return serde.packb({"format": "epic.predicate_window/1", "keys": keys})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.predicate_window/1":
+            raise StateError("not a predicate window snapshot (format epic.predicate_window/1)")
+        self._state, self._order = {}, {}
+        for kv, s, order in st["keys"]:
+            kv = tuple(kv) if len(self.keys) > 1 else kv
+            self._state[kv] = s
+            self._order[kv] = order
+
+
+def build_window_operator(spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Schema,
+                          time: str, unit: str = "s", key=None):
+    """The runtime logic for any window spec."""
+    cls = PredicateWindowOperator if isinstance(spec, PredicateWindow) else WindowOperator
+    return cls(spec, aggregates, schema, time, unit, key)
