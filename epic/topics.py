@@ -14,7 +14,8 @@ A topic is a directory (on any pyarrow filesystem: local, HDFS, a shared mount..
 sequence number (20 digits, so names sort by it), the producer id, the producer's batch id, the part
 index and part count of that batch, and the row count. Its schema metadata carries the producer id,
 the batch id, the producer's watermark (an int in the topic's time unit, absent when unknown) and an
-end-of-stream flag; an end-of-stream segment may have zero rows. The metadata is plain strings; topic
+end-of-stream flag, both valid once *all parts of its batch* are read (every part carries the
+same values); an end-of-stream segment may have zero rows. The metadata is plain strings; topic
 files never contain pickles.
 
 **Visibility.** A writer writes, flushes and fsyncs a temp file under ``segments/_tmp`` and then a
@@ -294,6 +295,12 @@ def _fsync_local(fs: pafs.FileSystem, path: str, *, directory: bool = False) -> 
         os.close(fd)
 
 
+def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    """Same names and types in the same order; nullability and metadata may differ (Spark marks
+    every column of a computed frame nullable)."""
+    return a.names == b.names and all(x.type == y.type for x, y in zip(a, b))
+
+
 def _segment_name(seq: int, producer: str, batch_id: int, part: int, parts: int, rows: int) -> str:
     return f"{seq:020d}.{producer}.b{batch_id}.p{part}of{parts}.r{rows}.arrow"
 
@@ -370,7 +377,7 @@ class Topic:
             if not exist_ok:
                 raise EpicError(f"topic {os.fspath(path)} already exists")
             topic = cls.open(path, filesystem=filesystem)
-            if not topic.schema.equals(schema.remove_metadata()):
+            if not _same_columns(topic.schema, schema):
                 raise TopologyError(
                     f"topic {os.fspath(path)} exists with schema {topic.schema} but the writer"
                     f" has {schema}; delete the topic or fix the node's output schema")
@@ -524,8 +531,7 @@ class Topic:
         """
         if batch.schema.equals(self.schema):
             return batch
-        if batch.schema.names != self.schema.names or any(
-                a.type != b.type for a, b in zip(batch.schema, self.schema)):
+        if not _same_columns(batch.schema, self.schema):
             raise TopologyError(
                 f"topic {self.uri}: schema mismatch: the topic has"
                 f" [{', '.join(f'{f.name}: {f.type}' for f in self.schema)}] but a batch has"

@@ -1,0 +1,117 @@
+"""Spark Structured Streaming sink for Arrow topics, exactly once.
+
+Usage::
+
+    (df.writeStream.format("epic_topic")
+       .option("path", "/work/topics/out")
+       .option("producer", "node_a")                 # a node name: stable across restarts
+       .option("checkpointLocation", ckpt)
+       .option("checkpoint", ckpt)                  # propagate upstream watermark / end of stream
+       .option("time_column", "ts").option("time_unit", "ms")   # when the sink creates the topic
+       .start())
+
+**Protocol.** Each task writes its partition of micro-batch ``B`` into a temp file under the
+topic's ``segments/_tmp`` (flushed and fsynced) and returns its path as the commit message; a task
+with no rows writes nothing. The driver's ``commit(messages, B)`` hands the temps to
+:meth:`epic.topics.Topic.commit_batch`, which renames them to final segment names in part order.
+That call is idempotent per ``(producer, B)``: when Spark replays batch ``B`` after a crash (its
+commit-log entry missing), a ``B`` already complete in the topic makes the commit drop the new temps,
+and a ``B`` only partly renamed is invisible to readers and is replaced. So every batch appears
+exactly once.
+
+**Markers.** With option ``checkpoint`` (the query's checkpoint location) the sink reads the
+batch's source offsets from Spark's offset log (:func:`epic.spark.topic_source.batch_markers`) and
+stamps every segment of the batch with the upstream watermark (minimum over inputs) and
+end-of-stream flag (all inputs ended). A batch without rows still writes a zero-row segment when it
+carries a newer watermark or the end of stream, so markers flow through empty batches. Without the
+option, segments carry no watermark; a driver can still append markers with
+:meth:`epic.topics.Topic.append_marker`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from epic.errors import EpicError
+from epic.spark.session import freeze_gc_once
+from epic.spark.topic_source import batch_markers, combine_markers
+from epic.topics import TempSegment, Topic
+
+__all__ = ["TopicStreamWriter", "TopicCommitMessage"]
+
+
+@dataclass(frozen=True)
+class TopicCommitMessage(WriterCommitMessage):
+    """What a write task reports to the driver: its temp segment, or None if it had no rows."""
+
+    temp: TempSegment | None
+
+
+class TopicStreamWriter(DataSourceStreamArrowWriter):
+    """Writes each micro-batch of a streaming query as segments of one topic.
+
+    Created on the driver when the query starts (creating the topic from the query's schema if it
+    does not exist), then pickled to executors for :meth:`write`; :meth:`commit` and :meth:`abort`
+    run on the driver.
+    """
+
+    def __init__(self, path: str, schema: StructType, options: dict[str, str]):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        opts = {k.lower(): v for k, v in options.items()}
+        self.producer = opts.get("producer", "spark")
+        self.checkpoint = opts.get("checkpoint") or None
+        arrow_schema = to_arrow_schema(schema)
+        self.topic = Topic.create(path, arrow_schema, time_column=opts.get("time_column") or None,
+                                  time_unit=opts.get("time_unit", "ms"), exist_ok=True)
+        if self.producer is None or not self.producer:
+            raise EpicError("epic_topic sink: option producer must be a non-empty node name")
+        self._markers: dict[int, tuple[int | None, bool]] = {}
+
+    def _batch_markers(self, batch_id: int) -> tuple[int | None, bool]:
+        if self.checkpoint is None:
+            return None, False
+        got = self._markers.get(batch_id)
+        if got is None:
+            got = self._markers[batch_id] = combine_markers(batch_markers(self.checkpoint,
+                                                                          batch_id))
+        return got
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TopicCommitMessage:
+        freeze_gc_once()
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        # Internal Spark property, the only place a task learns its micro-batch id.
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        part = ctx.partitionId()
+        writer = None
+        try:
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                if writer is None:
+                    watermark, eos = self._batch_markers(batch_id)
+                    writer = self.topic.open_temp(producer=self.producer, batch_id=batch_id,
+                                                  part=part, watermark=watermark, eos=eos)
+                writer.write(batch)
+        except BaseException:
+            if writer is not None:
+                writer.discard()
+            raise
+        return TopicCommitMessage(writer.close() if writer is not None else None)
+
+    def commit(self, messages: list[TopicCommitMessage | None], batchId: int) -> None:
+        watermark, eos = self._batch_markers(batchId)
+        temps = [m.temp for m in messages if m is not None and m.temp is not None]
+        self.topic.commit_batch(self.producer, batchId, temps, watermark=watermark, eos=eos)
+        self._markers.pop(batchId, None)
+
+    def abort(self, messages: list[TopicCommitMessage | None], batchId: int) -> None:
+        # The retry of this batch writes fresh temps; these are garbage now.
+        self.topic._delete(m.temp.path for m in messages if m is not None and m.temp is not None)

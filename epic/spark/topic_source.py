@@ -1,0 +1,360 @@
+"""Spark Structured Streaming source for Arrow topics (the ``epic_topic`` Python data source).
+
+Usage::
+
+    spark.dataSource.register(TopicDataSource)          # build_session() does this
+    df = (spark.readStream.format("epic_topic")
+          .option("path", "/work/topics/trades")
+          .option("max_rows_per_trigger", 1_000_000)     # optional read limit
+          .load())
+
+**Offsets** are JSON dicts ``{"epic_topic": <topic id>, "seq": N, "watermark": W, "eos": bool}``:
+``seq`` is the sequence number just past the last segment read (segments are listed, never
+counted, so gaps are fine); ``watermark`` and ``eos`` are those of that last segment. They land in
+Spark's offset log and in ``query.lastProgress``, which is how the topic sink and a driver learn the
+upstream watermark and whether the upstream has ended (see :func:`batch_markers`,
+:func:`offsets_from_progress`).
+
+**Partitions** are segments: one Spark task reads one segment and yields its Arrow record batches,
+re-labelled to the declared schema (Spark checks names, types and nullability strictly).
+
+Options (all optional except ``path``):
+
+- ``path``: topic path or pyarrow filesystem URI.
+- ``max_segments_per_trigger`` / ``max_rows_per_trigger``: read limit per micro-batch (one of them;
+  a batch always takes at least one segment). The available-now trigger honours it.
+- ``starting``: ``earliest`` (default) or ``latest``.
+- ``consumer``: register as this consumer and commit its position after each batch.
+- ``retention``: ``true`` to delete segments every consumer has passed, after each commit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from epic.errors import EpicError
+from epic.spark.session import freeze_gc_once
+from epic.topics import SegmentMeta, Topic
+
+__all__ = [
+    "TopicDataSource",
+    "TopicStreamReader",
+    "TopicPartition",
+    "TopicOffset",
+    "register",
+    "batch_markers",
+    "offsets_from_progress",
+    "FORMAT",
+]
+
+#: The name to pass to ``spark.readStream.format`` / ``writeStream.format``.
+FORMAT = "epic_topic"
+
+
+@dataclass(frozen=True)
+class TopicOffset:
+    """A source offset as a value (what Spark stores as JSON).
+
+    Attributes:
+        topic_id: Id of the topic (from its manifest).
+        seq: Sequence number just past the last segment read.
+        watermark: Watermark of that segment, None if it had none (or nothing was read).
+        eos: Whether that segment ended the upstream stream.
+    """
+
+    topic_id: str
+    seq: int
+    watermark: int | None = None
+    eos: bool = False
+
+    def to_dict(self) -> dict:
+        """The JSON-able dict Spark stores; keys in a fixed order, since Spark compares offsets as
+        JSON text."""
+        d = {"epic_topic": self.topic_id, "seq": self.seq}
+        if self.watermark is not None:
+            d["watermark"] = self.watermark
+        d["eos"] = self.eos
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TopicOffset:
+        """Parse :meth:`to_dict` output."""
+        return cls(topic_id=d["epic_topic"], seq=int(d["seq"]), watermark=d.get("watermark"),
+                   eos=bool(d.get("eos", False)))
+
+    @staticmethod
+    def is_topic_offset(d: object) -> bool:
+        """Whether a parsed JSON offset came from this source."""
+        return isinstance(d, dict) and "epic_topic" in d and "seq" in d
+
+
+class TopicPartition(InputPartition):
+    """One segment to read in one task (picklable: a path and numbers, no data)."""
+
+    def __init__(self, seq: int, path: str, rows: int):
+        super().__init__(seq)
+        self.seq = seq
+        self.path = path
+        self.rows = rows
+
+
+class TopicDataSource(DataSource):
+    """The ``epic_topic`` data source: a streaming reader and an Arrow streaming writer for topics.
+
+    Spark instantiates it with the query's options on the driver and pickles it to executors; it
+    holds only option strings.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _path(self) -> str:
+        path = self.options.get("path")
+        if not path:
+            raise EpicError('the epic_topic data source needs .option("path", TOPIC_DIR)')
+        return path
+
+    def schema(self) -> StructType:
+        """The topic's schema as a Spark schema (read from its manifest)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(Topic.open(self._path()).schema)
+
+    def streamReader(self, schema: StructType) -> TopicStreamReader:
+        return TopicStreamReader(Topic.open(self._path()), schema, dict(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        from epic.spark.topic_sink import TopicStreamWriter
+
+        return TopicStreamWriter(self._path(), schema, dict(self.options))
+
+
+class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads a topic segment by segment. Driver-side methods run in one long-lived planner process
+    per query (so caches on ``self`` persist there); :meth:`read` runs in executor tasks and must
+    only use what was pickled with the reader."""
+
+    def __init__(self, topic: Topic, schema: StructType, options: dict[str, str]):
+        self.topic = topic
+        self.spark_schema = schema
+        opts = {k.lower(): v for k, v in options.items()}
+        self.max_segments = _opt_int(opts, "max_segments_per_trigger")
+        self.max_rows = _opt_int(opts, "max_rows_per_trigger")
+        if self.max_segments is not None and self.max_rows is not None:
+            raise EpicError("epic_topic source: give max_segments_per_trigger or"
+                            " max_rows_per_trigger, not both")
+        self.starting = opts.get("starting", "earliest")
+        if self.starting not in ("earliest", "latest"):
+            raise EpicError(f"epic_topic source: starting={self.starting!r}; use earliest or latest")
+        self.consumer = opts.get("consumer")
+        self.retention = opts.get("retention", "false").lower() == "true"
+        self._target: int | None = None   # available-now end, fixed at prepare time
+        self._meta: dict[int, SegmentMeta] = {}
+        if self.consumer:
+            self.topic.register_consumer(self.consumer)
+
+    def __getstate__(self):
+        # Executors need the topic and schema only; the planner's caches stay on the driver.
+        state = dict(self.__dict__)
+        state["_meta"] = {}
+        return state
+
+    # -- driver side --------------------------------------------------------------------------
+
+    def _offset(self, seq: int, last=None) -> dict:
+        if last is None:
+            return TopicOffset(self.topic.manifest.topic_id, seq).to_dict()
+        meta = self._meta.get(last.seq)
+        if meta is None:
+            meta = self._meta[last.seq] = self.topic.segment_meta(last)
+        return TopicOffset(self.topic.manifest.topic_id, seq, meta.watermark, meta.eos).to_dict()
+
+    def initialOffset(self) -> dict:
+        if self.starting == "latest":
+            segs = self.topic.segments()
+            if segs:
+                return self._offset(segs[-1].seq + 1, segs[-1])
+        return self._offset(0)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_segments is not None:
+            return ReadMaxFiles(self.max_segments)
+        if self.max_rows is not None:
+            return ReadMaxRows(self.max_rows)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        segs = self.topic.segments()
+        self._target = segs[-1].seq + 1 if segs else 0
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = TopicOffset.from_dict(start).seq
+        all_segs = segs = self.topic.segments(begin, self._target)
+        if isinstance(limit, ReadMaxFiles):
+            segs = segs[: max(1, limit.max_files)]
+        elif isinstance(limit, ReadMaxRows):
+            n = 0
+            for i, s in enumerate(segs):
+                n += s.rows
+                if n >= limit.max_rows:
+                    segs = segs[: i + 1]
+                    break
+        # Offsets stop only at batch boundaries: a segment's watermark and end-of-stream flag hold
+        # after all parts of its batch, so a cut inside a batch would announce them too early.
+        k = len(segs)
+        while 0 < k < len(all_segs) and (all_segs[k].producer, all_segs[k].batch_id) == (
+                segs[-1].producer, segs[-1].batch_id):
+            k += 1
+        segs = all_segs[:k]
+        if not segs:
+            return start  # no new data: Spark compares offsets as JSON, so return it unchanged
+        return self._offset(segs[-1].seq + 1, segs[-1])
+
+    def reportLatestOffset(self) -> dict | None:
+        segs = self.topic.segments()
+        return self._offset(segs[-1].seq + 1, segs[-1]) if segs else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        a, b = TopicOffset.from_dict(start).seq, TopicOffset.from_dict(end).seq
+        return [TopicPartition(s.seq, s.path, s.rows) for s in self.topic.segments(a, b)]
+
+    def commit(self, end: dict) -> None:
+        # Spark calls this once the batch ending at `end` is in its commit log: the rows before
+        # `end` will never be read again by this query.
+        if self.consumer:
+            self.topic.commit_consumer(self.consumer, TopicOffset.from_dict(end).seq)
+            if self.retention:
+                self.topic.apply_retention()
+
+    # -- executor side ------------------------------------------------------------------------
+
+    def read(self, partition: TopicPartition) -> Iterator[pa.RecordBatch]:
+        freeze_gc_once()
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = to_arrow_schema(self.spark_schema)
+        _, batches = self.topic.read_segment(partition.path)
+        for b in batches:
+            if b.num_rows:
+                yield pa.RecordBatch.from_arrays(b.columns, schema=schema)
+
+
+def _opt_int(opts: dict[str, str], key: str) -> int | None:
+    v = opts.get(key)
+    if v is None or v == "":
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise EpicError(f"epic_topic source: {key}={v!r}; give a positive integer")
+    return n
+
+
+def register(spark) -> None:
+    """Register the ``epic_topic`` data source with ``spark`` (idempotent)."""
+    if not getattr(spark, "_epic_topic_registered", False):
+        spark.dataSource.register(TopicDataSource)
+        spark._epic_topic_registered = True
+
+
+def _parse_offset_json(text: str) -> TopicOffset | None:
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return None
+    return TopicOffset.from_dict(d) if TopicOffset.is_topic_offset(d) else None
+
+
+def combine_markers(offsets: Sequence[TopicOffset]) -> tuple[int | None, bool]:
+    """Watermark and end-of-stream of a node fed by ``offsets``: the minimum watermark (unknown if
+    any input's is unknown) and the conjunction of end-of-stream flags."""
+    if not offsets:
+        return None, False
+    wms = [o.watermark for o in offsets]
+    wm = None if any(w is None for w in wms) else min(wms)
+    return wm, all(o.eos for o in offsets)
+
+
+def batch_markers(checkpoint: str, batch_id: int) -> list[TopicOffset]:
+    """The topic offsets a query's micro-batch ``batch_id`` read up to, from its offset log.
+
+    Spark writes ``<checkpoint>/offsets/<batch_id>`` before the batch runs (a write-ahead log:
+    a version line, a metadata line, then one JSON offset per source, ``-`` for none), so sinks and
+    drivers can read it at any time during or after the batch.
+
+    Args:
+        checkpoint: The query's checkpoint location (path or pyarrow filesystem URI).
+        batch_id: The micro-batch id.
+
+    Returns:
+        One :class:`TopicOffset` per ``epic_topic`` source of the query, in source order.
+    """
+    if "://" in checkpoint:
+        fs, root = pafs.FileSystem.from_uri(checkpoint)
+    else:
+        import os
+
+        fs, root = pafs.LocalFileSystem(), os.path.abspath(checkpoint)
+    with fs.open_input_stream(f"{root.rstrip('/')}/offsets/{batch_id}") as f:
+        lines = f.read().decode().splitlines()
+    out = []
+    for line in lines[2:]:
+        o = _parse_offset_json(line)
+        if o is not None:
+            out.append(o)
+    if not out:
+        # Newer offset-log versions may store sources inside one JSON document: search it.
+        for line in lines[1:]:
+            out.extend(_find_offsets(_safe_json(line)))
+    return out
+
+
+def _safe_json(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _find_offsets(node) -> list[TopicOffset]:
+    if TopicOffset.is_topic_offset(node):
+        return [TopicOffset.from_dict(node)]
+    if isinstance(node, str):
+        inner = _safe_json(node)
+        return _find_offsets(inner) if isinstance(inner, (dict, list)) else []
+    if isinstance(node, dict):
+        return [o for v in node.values() for o in _find_offsets(v)]
+    if isinstance(node, list):
+        return [o for v in node for o in _find_offsets(v)]
+    return []
+
+
+def offsets_from_progress(progress: dict | None) -> list[TopicOffset]:
+    """The topic end offsets of a ``StreamingQuery.lastProgress`` (or ``recentProgress`` item).
+
+    A driver watches upstream completion with it: a node's input has ended when every returned
+    offset has ``eos`` set.
+    """
+    if not progress:
+        return []
+    out = []
+    for src in progress.get("sources", []):
+        out.extend(_find_offsets(src.get("endOffset")))
+    return out
