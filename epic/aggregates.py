@@ -328,6 +328,22 @@ def _finite(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def _sum_count(values: np.ndarray) -> tuple[float, int]:
+    """Float64 sum and number of the non-null values of a column.
+
+    Windows call this once per emission, so the common case (a float column without NaN) takes
+    one numpy reduction: a NaN anywhere makes the sum NaN, and only then are nulls filtered.
+    """
+    if values.dtype.kind == "f":
+        total = float(np.add.reduce(values, dtype=np.float64))
+        if total == total:
+            return total, len(values)
+    values = _finite(values)
+    if not len(values):
+        return 0.0, 0
+    return float(np.add.reduce(values, dtype=np.float64)), len(values)
+
+
 class Count(Aggregate):
     """Number of elements (rows) in the window."""
 
@@ -434,18 +450,18 @@ class Mean(Aggregate):
         return [older[0] + newer[0], hi, lo + newer[2]]
 
     def add_batch(self, state, values):
-        values = _finite(values)
-        if not len(values):
+        total, n = _sum_count(values)
+        if not n:
             return state
-        hi, lo = _two_sum(state[1], state[2], float(np.sum(values, dtype=np.float64)))
-        return [state[0] + len(values), hi, lo]
+        hi, lo = _two_sum(state[1], state[2], total)
+        return [state[0] + n, hi, lo]
 
     def remove_batch(self, state, values):
-        values = _finite(values)
-        if not len(values):
+        total, n = _sum_count(values)
+        if not n:
             return state
-        hi, lo = _two_sum(state[1], state[2], -float(np.sum(values, dtype=np.float64)))
-        return [state[0] - len(values), hi, lo]
+        hi, lo = _two_sum(state[1], state[2], -total)
+        return [state[0] - n, hi, lo]
 
     def result(self, state):
         n = state[0]

@@ -218,9 +218,9 @@ def few_time(length: Duration | None, stride: Duration | None = None, ef: Durati
         ef: emit frequency; ``None`` emits complete windows only.
         origin: event time (stream unit) where window 0 starts; default: the key's first element.
         lateness: how far out of order (seconds) elements may arrive and still be counted.
-        panes: force (True) or forbid (False) the pane representation for aggregates with
-            ``merge``; by default panes are used when an aggregate has no ``remove`` or when the
-            stride is longer than ``ef``.
+        panes: force (True) or avoid (False) the pane representation for aggregates that have
+            both ``merge`` and ``remove``; by default such aggregates use panes when the stride
+            is longer than ``ef``. Aggregates with ``merge`` but no ``remove`` always use panes.
 
     >>> few_time(60, 1, 1)  # [0,1), [0,2), ..., [0,60), then [1,61), [2,62), ...
     FewTimeWindow(length=60, stride=1, ef=1, origin=None, lateness=0, panes=None)
@@ -676,7 +676,8 @@ class WindowOperator:
     def _drop_late(self, times: np.ndarray):
         """Mask of on-time rows, decided per element so that batch boundaries do not matter."""
         prev = np.empty(len(times), dtype=np.int64)
-        prev[0] = INT64_MIN if self._max_time is None else self._max_time
+        # half the int64 range, so that subtracting the lateness cannot wrap around
+        prev[0] = INT64_MIN // 2 if self._max_time is None else self._max_time
         if len(times) > 1:
             np.maximum.accumulate(times[:-1], out=prev[1:])
             if self._max_time is not None:
@@ -908,10 +909,8 @@ def _choose_mode(spec: AggSpec, window: WindowSpec, grid: _Grid) -> str:
     if a.has_remove and (want_panes is False or not a.has_merge
                          or grid.E is None or grid.S <= grid.E):
         return "remove"
-    if a.has_merge and want_panes is not False:
-        return "pane"
-    if a.has_remove:
-        return "remove"
+    if a.has_merge:
+        return "pane"  # merge-only aggregates (min, max, ...) always run on panes
     if grid.L == grid.S:
         return "reset"
     raise SpecError(
@@ -1005,6 +1004,9 @@ def _group_rows(batch: pa.RecordBatch, keys: tuple):
         col = batch.column(keys[0])
         if pa.types.is_integer(col.type) and not col.null_count:
             arr = col.to_numpy()
+            lo = arr.min().item()
+            if arr.max().item() - lo < 65536:
+                return _group_small_ints(arr, lo)
             uniq, first, inv = np.unique(arr, return_index=True, return_inverse=True)
             if len(uniq) == 1:
                 return [(uniq[0].item(), None)]
@@ -1031,6 +1033,27 @@ def _group_rows(batch: pa.RecordBatch, keys: tuple):
     inv = inv.reshape(-1)
     values = [tuple(d[c] for d, c in zip(dicts, row)) for row in uniq.tolist()]
     return _split_codes(inv, values)
+
+
+def _group_small_ints(arr: np.ndarray, lo: int):
+    """``_group_rows`` for integer keys spanning fewer than 2**16 values (sensor ids, ...).
+
+    Sorting 16-bit codes is a radix sort, an order of magnitude cheaper per batch than
+    ``np.unique`` (a comparison sort) followed by a stable argsort of its int64 inverse.
+    """
+    if arr.dtype.itemsize < 8:
+        arr = arr.astype(np.int64)  # narrow types would wrap around in the subtraction
+    codes = (arr - lo).astype(np.uint16)
+    counts = np.bincount(codes)
+    present = np.flatnonzero(counts)
+    if len(present) == 1:
+        return [(lo + int(present[0]), None)]
+    order = np.argsort(codes, kind="stable")
+    sizes = counts[present]
+    ends = np.cumsum(sizes)
+    splits = np.split(order, ends[:-1])
+    appearance = np.argsort(order[ends - sizes], kind="stable")  # by each key's first row
+    return [(lo + int(present[j]), splits[j]) for j in appearance.tolist()]
 
 
 def _split_codes(codes: np.ndarray, values: list):
