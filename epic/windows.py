@@ -321,9 +321,12 @@ class _Grid:
             best = min(best, o + k * self.S + self.L)
         return best
 
-    def next_boundary(self, o: int, after: int) -> int:
-        """First pane boundary strictly after ``after``: instants plus window starts."""
-        b = self.next_instant(o, after)
+    def next_boundary(self, o: int, after: int, instant: int | None = None) -> int:
+        """First pane boundary strictly after ``after``: instants plus window starts.
+
+        ``instant`` is ``next_instant(o, after)`` when the caller already has it.
+        """
+        b = self.next_instant(o, after) if instant is None else instant
         if self.L is not None:
             k = (after - o) // self.S + 1
             b = min(b, o + k * self.S)
@@ -410,7 +413,7 @@ class _Buffer:
             times = self.chunks[i][0]
             start = self.starts[i]
             if times[-1] >= t:
-                j = int(np.searchsorted(times, t, side="left"))
+                j = int(times.searchsorted(t))  # the method skips numpy's dispatch wrapper
                 return max(start + j, lo)
             i += 1
         return self.end
@@ -762,19 +765,22 @@ class WindowOperator:
                 jump = grid.prev_boundary(o, nxt)
                 if jump > ks.done:
                     ks.done = jump
-            b = grid.next_boundary(o, ks.done)
+            # this loop runs once per emission and key: grid arithmetic is done once here
+            inst = grid.next_instant(o, ks.done)
+            b = grid.next_boundary(o, ks.done, inst)
             if b > limit:
                 break
             hi_new = buf.search(b, ks.hi)
             self._add_segment(ks, ks.hi, hi_new)
             ks.done = b
-            if grid.next_instant(o, b - 1) != b:
+            if inst != b:
                 continue  # a window start that is no emission instant
             s = grid.window_start(o, b)
+            is_final = grid.L is not None and b == s + grid.L
             self._evict(ks, s)
             if ks.in_window > 0:
-                rows.append(self._result_row(key_value, ks, s, b))
-            if self.any_reset and grid.is_final(o, b):
+                rows.append(self._result_row(key_value, ks, s, b, is_final))
+            if self.any_reset and is_final:
                 for i, m in enumerate(self.modes):
                     if m == "reset":
                         ks.states[i] = self.aggs[i].aggregate.init()
@@ -823,7 +829,7 @@ class WindowOperator:
                             ks.states[i], _agg_values(cols, self._agg_cols[i], t))
                 ks.lo = lo_new
 
-    def _result_row(self, key_value, ks: _Key, s: int, t: int) -> tuple:
+    def _result_row(self, key_value, ks: _Key, s: int, t: int, is_final: bool) -> tuple:
         results = []
         for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
             if mode == "pane":
@@ -831,7 +837,7 @@ class WindowOperator:
                 results.append(spec.aggregate.result(spec.aggregate.init() if st is None else st))
             else:
                 results.append(spec.aggregate.result(ks.states[i]))
-        return (ks.key_order, key_value, t, s, self.grid.is_final(ks.origin, t), results,
+        return (ks.key_order, key_value, t, s, is_final, results,
                 ks.last_time, ks.entry)
 
     def _rows_to_batch(self, rows: list) -> pa.RecordBatch:
