@@ -1,0 +1,246 @@
+"""Tests of the synthetic DEBS 2013 game generator: format, rates, physics, planted truth."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pytest
+
+from debs2013 import generator as gen
+
+COLS = ["sid", "ts", "x", "y", "z", "v", "a", "vx", "vy", "vz", "ax", "ay", "az"]
+SHOES = {sid for p in gen.PEOPLE for sid in p.shoes}
+HANDS = {97, 98, 99, 100}
+BODY = SHOES | HANDS
+
+
+@pytest.fixture(scope="module")
+def game(tmp_path_factory):
+    """A 1-minute-per-half game, read back as numpy columns, with its ground truth."""
+    out = tmp_path_factory.mktemp("game") / "game.csv"
+    res = gen.generate_game(out, minutes=1, seed=3)
+    table = pacsv.read_csv(out, read_options=pacsv.ReadOptions(column_names=COLS),
+                           convert_options=pacsv.ConvertOptions(
+                               column_types={c: pa.int64() for c in COLS}))
+    cols = {c: table.column(c).to_numpy() for c in COLS}
+    truth = json.loads(res.truth_path.read_text())
+    return res, cols, truth
+
+
+def _sensor(cols, sid):
+    m = cols["sid"] == sid
+    return {c: v[m] for c, v in cols.items()}
+
+
+def _half_mask(cols, half):
+    lo, hi = (gen.FIRST_HALF_START - 200 * gen.PS_PER_S, gen.FIRST_HALF_END) if half == 1 else (
+        gen.SECOND_HALF_START, gen.SECOND_HALF_END)
+    return (cols["ts"] >= lo) & (cols["ts"] <= hi)
+
+
+def test_format_is_headerless_13_integer_fields_ordered_by_exact_ts(game):
+    """Every line has 13 integers, there is no header, ts is exact int64 above 2^53, in order."""
+    res, cols, truth = game
+    with open(res.game_path) as f:
+        head = [next(f) for _ in range(2000)]
+    for line in head:
+        fields = line.rstrip("\n").split(",")
+        assert len(fields) == 13
+        assert all(x.lstrip("-").isdigit() for x in fields)
+    assert int(head[0].split(",")[1]) > 2**53
+    assert cols["ts"].dtype == np.int64 and np.all(cols["ts"] > 2**53)
+    assert np.all(np.diff(cols["ts"]) >= 0)
+    assert truth["rows"] == len(cols["ts"]) == res.rows
+
+
+def test_rates_per_sensor_class(game):
+    """Body sensors every 5 ms, the game ball every 0.5 ms, spare balls on the 0.5 ms grid."""
+    _, cols, _ = game
+    for half, balls in ((1, {4, 8, 10}), (2, {4, 8, 10, 12})):
+        m = _half_mask(cols, half)
+        present = set(np.unique(cols["sid"][m]).tolist())
+        assert present == BODY | balls
+        for sid in present:
+            ts = cols["ts"][m & (cols["sid"] == sid)]
+            d = np.diff(ts)
+            if sid in BODY:
+                assert np.all(d == gen.BODY_PERIOD_PS), sid
+            elif sid == gen.GAME_BALL[half]:
+                assert np.all(d == gen.BALL_PERIOD_PS), sid
+            else:
+                assert np.all(d % gen.BALL_PERIOD_PS == 0), sid
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
+    """The generator is a pure function of its seed and arguments."""
+    a = gen.generate_game(tmp_path / "a.csv", minutes=0.1, seed=11)
+    b = gen.generate_game(tmp_path / "b.csv", minutes=0.1, seed=11)
+    c = gen.generate_game(tmp_path / "c.csv", minutes=0.1, seed=12)
+    assert a.game_path.read_bytes() == b.game_path.read_bytes()
+    assert a.game_path.read_bytes() != c.game_path.read_bytes()
+
+
+def _vectors(s, mag, prefix):
+    return s[mag][:, None] * np.stack([s[prefix + "x"], s[prefix + "y"], s[prefix + "z"]], 1) * 1e-10
+
+
+@pytest.mark.parametrize("sid", [13, 98, 59, 105, 4, 12])
+def test_velocity_and_acceleration_match_finite_differences_of_positions(game, sid):
+    """Exact discrete identities: sum of 2h*v_j telescopes to positions; the trapezoid sum of a
+    equals the change of v. Only integer rounding separates the two sides."""
+    _, cols, _ = game
+    for half in (1, 2):
+        full = _sensor(cols, sid)
+        s = {c: v[_half_mask(full, half)] for c, v in full.items()}
+        if len(s["ts"]) < 500:
+            continue
+        h = float(np.diff(s["ts"][:2])[0]) / gen.PS_PER_S
+        p = np.stack([s["x"], s["y"], s["z"]], 1) * 1e-3
+        v = _vectors(s, "v", "v")
+        a = _vectors(s, "a", "a")
+        n = len(p)
+        rng = np.random.default_rng(sid)
+        for start in rng.integers(1, n - 400, 40):
+            lo, hi = int(start), int(start) + 300
+            lhs = 2 * h * v[lo:hi + 1].sum(axis=0)
+            rhs = (p[hi + 1] + p[hi]) - (p[lo] + p[lo - 1])
+            assert np.all(np.abs(lhs - rhs) <= 2.5e-3 + 2e-4 * np.abs(v[lo:hi + 1]).sum(0) * h), (sid, lo)
+            dv = v[hi] - v[lo]
+            trap = h * (a[lo:hi + 1].sum(axis=0) - 0.5 * (a[lo] + a[hi]))
+            tol = 0.01 + 3e-4 * np.abs(a[lo:hi + 1]).sum(0) * h + 2e-4 * np.abs(v[[lo, hi]]).sum(0)
+            assert np.all(np.abs(dv - trap) <= tol), (sid, lo, dv, trap)
+        moving = s["v"] > 0
+        norm = np.sqrt(s["vx"] ** 2 + s["vy"] ** 2 + s["vz"] ** 2)[moving]
+        assert np.all(np.abs(norm - 10000) <= 2)
+
+
+def _latest(cols_sensor, ts):
+    i = np.searchsorted(cols_sensor["ts"], ts, side="right") - 1
+    assert np.all(i >= 0)
+    return np.stack([cols_sensor["x"][i], cols_sensor["y"][i], cols_sensor["z"][i]], 1)
+
+
+def test_planted_hits_satisfy_the_hit_rule_and_are_the_only_contacts(game):
+    """At each planted hit the ball has |a| >= 55 m/s^2 within 1 m of the player's shoe; every
+    qualifying ball sample (any player) belongs to a planted hit."""
+    _, cols, truth = game
+    shoes = {sid: _sensor(cols, sid) for sid in SHOES}
+    for h in truth["halves"]:
+        ball = _sensor(cols, h["game_ball"])
+        assert len(h["hits"]) > 10
+        hit_ts = np.array(sorted(x["ts"] for x in h["hits"]), dtype=np.int64)
+        for hit in h["hits"]:
+            i = np.searchsorted(ball["ts"], hit["ts"])
+            assert ball["ts"][i] == hit["ts"]
+            assert ball["a"][i] >= gen.HIT_ACC_RAW
+            pos = np.array([ball["x"][i], ball["y"][i], ball["z"][i]])
+            shoe = _latest(shoes[hit["sensor"]], np.array([hit["ts"]]))[0]
+            assert np.linalg.norm(shoe - pos) <= gen.HIT_DIST_MM
+        strong = ball["a"] >= gen.HIT_ACC_RAW
+        bp = np.stack([ball["x"], ball["y"], ball["z"]], 1)[strong]
+        near = np.zeros(strong.sum(), bool)
+        for sid, sh in shoes.items():
+            near |= np.linalg.norm(_latest(sh, ball["ts"][strong]) - bp, axis=1) <= gen.HIT_DIST_MM
+        contact_ts = ball["ts"][strong][near]
+        j = np.clip(np.searchsorted(hit_ts, contact_ts), 1, len(hit_ts) - 1)
+        gap = np.minimum(np.abs(contact_ts - hit_ts[j - 1]), np.abs(contact_ts - hit_ts[j]))
+        assert np.all(gap <= 20 * 10**9), "a qualifying contact that was not planted"
+
+
+def test_shots_project_into_the_opponent_goal_within_1_5_s(game):
+    """From the last hit sample of each planted shot the straight line reaches the goal area."""
+    _, cols, truth = game
+    n = 0
+    for h in truth["halves"]:
+        ball = _sensor(cols, h["game_ball"])
+        for shot in h["shots"]:
+            assert shot["goal"] == h["attacks"][shot["team"]]
+            assert shot["projects_at_last_hit_sample"]
+            hit = next(x for x in h["hits"] if x["ts"] == shot["start_ts"])
+            i = np.searchsorted(ball["ts"], hit["ts_last"])
+            row = {c: np.array([ball[c][i]], dtype=float) for c in COLS}
+            xyz = np.stack([row["x"], row["y"], row["z"]], 1)
+            vd = np.stack([row["vx"], row["vy"], row["vz"]], 1)
+            assert gen._projects(xyz, row["v"], vd, 1 if shot["goal"] == "+y" else -1)[0]
+            n += 1
+    assert n >= 2
+
+
+def test_sides_follow_goalkeepers_at_kick_off(game):
+    """The team attacking +y has its goalkeeper on the -y side at kick-off."""
+    _, cols, truth = game
+    for h in truth["halves"]:
+        m = (cols["ts"] >= h["half_start_ts"]) & (cols["ts"] < h["half_start_ts"] + 2 * gen.PS_PER_S)
+        for team, gk in (("A", (13, 14)), ("B", (61, 62))):
+            y = cols["y"][m & np.isin(cols["sid"], gk)].mean()
+            assert (y < 0) == (h["attacks"][team] == "+y")
+
+
+def test_spare_balls_lie_outside_the_field(game):
+    """Spare balls never report a position inside the FAQ field rectangle."""
+    _, cols, truth = game
+    f = gen.FIELD_MM
+    for h in truth["halves"]:
+        for sid in h["spare_balls"]:
+            m = (cols["sid"] == sid) & (cols["ts"] >= h["data_start_ts"]) & (cols["ts"] <= h["data_end_ts"])
+            assert m.sum() > 0
+            x, y = cols["x"][m], cols["y"][m]
+            inside = (x >= f["x_min"]) & (x <= f["x_max"]) & (y >= f["y_min"]) & (y <= f["y_max"])
+            assert not inside.any()
+
+
+def test_all_intensity_classes_occur_with_long_runs_and_short_bursts(game):
+    """Mean shoe speed per player visits every Q1 class, for > 1 s and in some < 1 s bursts."""
+    _, cols, _ = game
+    edges = np.array([277778, 3055556, 3888889, 4722222, 6666667])
+    long_runs, bursts = set(), set()
+    for p in gen.PEOPLE[:16]:
+        a, b = (_sensor(cols, sid) for sid in p.shoes)
+        n = min(len(a["v"]), len(b["v"]))
+        cls = np.searchsorted(edges, (a["v"][:n] + b["v"][:n]) / 2, side="left")
+        change = np.flatnonzero(np.diff(cls)) + 1
+        starts = np.r_[0, change]
+        ends = np.r_[change, n]
+        for s0, s1 in zip(starts, ends):
+            dur = (s1 - s0) * 0.005
+            (long_runs if dur > 1.0 else bursts).add(int(cls[s0]))
+    assert long_runs == set(range(6))
+    assert len(bursts) >= 4
+
+
+def test_truth_is_self_consistent(game):
+    """Possessions start before they end, hits name shoe sensors, interruptions are ordered."""
+    _, _, truth = game
+    for h in truth["halves"]:
+        for q in h["possessions"]:
+            assert q["start_ts"] <= q["end_ts"]
+        for hit in h["hits"]:
+            assert hit["sensor"] in SHOES and hit["ts_first"] <= hit["ts"] <= hit["ts_last"]
+        assert all(i["begin_ts"] <= i["end_ts"] for i in h["interruptions"])
+        assert not h["unplanted_hits"]
+
+
+def test_referee_files_are_replayed():
+    """The private parse sees the real counts: 34 and 38 stops, 431 possessions, 24 shots."""
+    ref = gen.DEFAULT_REFEREE_DIR
+    assert len(gen._stops(ref / "Game Interruption" / "1st Half.csv", 1804.0)) == 34
+    stops2 = gen._stops(ref / "Game Interruption" / "2nd Half.csv", 1793.0)
+    assert len(stops2) == 38 and stops2[-1] == (pytest.approx(1776.577), 1793.0)
+    assert len(gen._annotated_possessions(ref / "Ball Possession" / "2nd Half")) == 431
+    assert len(gen._annotated_shots(ref / "Shot on Goal" / "2nd Half.csv")) == 24
+
+
+def test_full_game_starts_like_the_real_file_and_drops_the_ball_at_12398e12():
+    """Sensor 98 writes the real first row's ts; no ball rows from BALL_MISSING_FROM on."""
+    h = gen._Half(gen.GeneratorConfig(seed=0), 1, gen.FIRST_ROW_TS, gen.FIRST_HALF_END)
+    first = gen._chunk_rows(h, gen.FIRST_ROW_TS, gen.FIRST_ROW_TS + gen.PS_PER_S // 10)
+    assert first[0, 0] == 98 and first[0, 1] == gen.FIRST_ROW_TS
+    around = gen._chunk_rows(h, gen.BALL_MISSING_FROM - 2 * gen.PS_PER_S,
+                             gen.BALL_MISSING_FROM + 2 * gen.PS_PER_S)
+    balls = np.isin(around[:, 0], [4, 8, 10, 12])
+    assert balls.any()
+    assert around[balls, 1].max() < gen.BALL_MISSING_FROM
+    assert set(np.unique(around[~balls, 0]).tolist()) == BODY
