@@ -1,0 +1,193 @@
+"""Time-ordered merge of several streams (the DEBS splitter merges game events and interruptions).
+
+Rows are buffered per input and released in event-time order once every input has promised, by
+its watermark, that nothing older will come: the output *frontier* is the minimum of the inputs'
+watermarks (an ended input counts as +infinity), and every buffered row older than the frontier is
+emitted. Ties are broken deterministically: by event time, then input index, then arrival order.
+
+A quiet input must not block the others forever. Sources emit a watermark after every batch and a
+final one before they end, so a finite input never blocks. For inputs that may fall silent while
+still open, ``idle_after`` (event-time ticks) declares an input *idle* when its watermark lags the
+most advanced input by more than that; an idle input stops holding the frontier back. Rows that
+arrive older than what was already emitted are *late*: counted in :attr:`MergeOperator.late_rows`
+and emitted at once (``late="emit"``), dropped (``"drop"``) or refused (``"error"``); never
+silently.
+
+Call order (extends :mod:`epic.operator` to several inputs)::
+
+    op = MergeOperator(n, schema, time)
+    (op.on_batch(batch, input=i) | op.on_watermark(wm, input=i) | op.on_input_end(i))*
+    op.on_end()
+
+Example:
+    >>> import pyarrow as pa
+    >>> sch = pa.schema([("ts", pa.int64())])
+    >>> m = MergeOperator(2, sch, "ts")
+    >>> m.on_batch(pa.record_batch([[1, 5]], schema=sch), input=0)
+    []
+    >>> m.on_batch(pa.record_batch([[3]], schema=sch), input=1)
+    []
+    >>> [b.column(0).to_pylist() for b in m.on_watermark(4, input=0) + m.on_watermark(9, input=1)]
+    [[1, 3]]
+    >>> [b.column(0).to_pylist() for b in m.on_end()]
+    [[5]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from . import serde
+from .errors import EpicError, StateError
+
+__all__ = ["MergeOperator"]
+
+_IN = "__merge_in"
+_SEQ = "__merge_seq"
+
+
+class MergeOperator:
+    """Runtime logic of a merge node.
+
+    Args:
+        n: number of inputs.
+        schema: the common schema of inputs and output.
+        time: the event-time column.
+        idle_after: ticks an input's watermark may lag the most advanced one before it is idle;
+            None: never idle.
+        late: ``"emit"``, ``"drop"`` or ``"error"`` for rows behind the emitted frontier.
+    """
+
+    def __init__(self, n: int, schema: pa.Schema, time: str, *, idle_after: int | None = None,
+                 late: str = "emit"):
+        self.n = n
+        self.output_schema = schema
+        self.time = time
+        self.idle_after = idle_after
+        self.late = late
+        self._wm: list[int | None] = [None] * n
+        self._ended = [False] * n
+        self._pending: list[pa.RecordBatch] = []  # with _IN and _SEQ columns
+        self._seq = 0
+        self._frontier: int | None = None  # everything older has been emitted
+        #: rows that arrived behind the frontier
+        self.late_rows = 0
+
+    # -- protocol --------------------------------------------------------------------------
+    def on_batch(self, batch: pa.RecordBatch, input: int = 0) -> list[pa.RecordBatch]:  # noqa: A002
+        if batch.num_rows == 0:
+            return []
+        out: list[pa.RecordBatch] = []
+        if self._frontier is not None:
+            times = _times(batch, self.time)
+            late = times < self._frontier
+            if late.any():
+                self.late_rows += int(late.sum())
+                if self.late == "error":
+                    raise EpicError(
+                        f"merge: input {input} sent {int(late.sum())} row(s) older than "
+                        f"{self._frontier}, which was already emitted; raise idle_after, or use "
+                        "late='emit' / 'drop'")
+                if self.late == "emit":
+                    out.append(batch.filter(pa.array(late)))
+                batch = batch.filter(pa.array(~late))
+                if batch.num_rows == 0:
+                    return out
+        n = batch.num_rows
+        tagged = batch.append_column(_IN, pa.array(np.full(n, input, dtype=np.int64))) \
+            .append_column(_SEQ, pa.array(np.arange(self._seq, self._seq + n, dtype=np.int64)))
+        self._seq += n
+        self._pending.append(tagged)
+        return out + self._release()
+
+    def on_watermark(self, watermark: int, input: int = 0) -> list[pa.RecordBatch]:  # noqa: A002
+        cur = self._wm[input]
+        if cur is None or watermark > cur:
+            self._wm[input] = int(watermark)
+        return self._release()
+
+    def on_input_end(self, input: int) -> list[pa.RecordBatch]:  # noqa: A002
+        """Input ``input`` has ended: it no longer holds the frontier back."""
+        self._ended[input] = True
+        return self._release()
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        self._ended = [True] * self.n
+        return self._release()
+
+    @property
+    def watermark(self) -> int | None:
+        """The output watermark: no row older than this will be emitted any more."""
+        return self._frontier
+
+    # -- release -----------------------------------------------------------------------------
+    def _current_frontier(self) -> int | None:
+        """Minimum watermark over live, non-idle inputs; None while one is still unknown."""
+        live = [i for i in range(self.n) if not self._ended[i]]
+        if not live:
+            return np.iinfo(np.int64).max
+        known = [w for w in self._wm if w is not None]
+        if self.idle_after is not None and known:
+            top = max(known)
+            live = [i for i in live
+                    if self._wm[i] is not None and self._wm[i] >= top - self.idle_after]
+            if not live:
+                return None
+        marks = [self._wm[i] for i in live]
+        if any(m is None for m in marks):
+            return None
+        return min(marks)
+
+    def _release(self) -> list[pa.RecordBatch]:
+        f = self._current_frontier()
+        if f is None:
+            return []
+        if self._frontier is not None and f <= self._frontier:
+            return []
+        self._frontier = f
+        if not self._pending:
+            return []
+        table = pa.Table.from_batches(self._pending).combine_chunks()
+        times = _times(table, self.time)
+        ready = times < f
+        if not ready.any():
+            return []
+        order_keys = np.lexsort((table.column(_SEQ).to_numpy(), table.column(_IN).to_numpy(),
+                                 times))
+        ready_sorted = order_keys[ready[order_keys]]
+        out = table.take(pa.array(ready_sorted)).drop_columns([_IN, _SEQ])
+        rest = table.filter(pa.array(~ready))
+        self._pending = rest.to_batches() if rest.num_rows else []
+        if not out.num_rows:
+            return []
+        return [pa.RecordBatch.from_arrays([c.combine_chunks() for c in out.columns],
+                                           schema=self.output_schema)]
+
+    # -- state -------------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        data = b""
+        if self._pending:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self._pending[0].schema) as w:
+                for b in self._pending:
+                    w.write_batch(b)
+            data = sink.getvalue().to_pybytes()
+        return serde.packb({"format": "epic.merge/1", "wm": self._wm, "ended": self._ended,
+                            "seq": self._seq, "frontier": self._frontier,
+                            "late": self.late_rows, "pending": data})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.merge/1":
+            raise StateError("not a merge snapshot (format epic.merge/1)")
+        self._wm, self._ended = st["wm"], st["ended"]
+        self._seq, self._frontier, self.late_rows = st["seq"], st["frontier"], st["late"]
+        self._pending = list(pa.ipc.open_stream(st["pending"])) if st["pending"] else []
+
+
+def _times(data, time: str) -> np.ndarray:
+    col = data.column(time)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)

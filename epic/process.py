@@ -1,0 +1,294 @@
+"""``process``: a user stateful operator per key (or global), for sequential logic.
+
+A :class:`Processor` is *configuration*: its hooks receive the state and return the new state;
+nothing is kept on ``self`` between calls. The state of each key must be serialisable by
+:mod:`epic.serde` (numbers, str, bytes, lists, dicts, numpy arrays), because it is checkpointed,
+never pickled. Call order, per key::
+
+    state = p.init(key)                              # the first time the key is seen
+    state = p.on_batch(state, rows_of_key, ctx)      # per input batch; by default calls
+        state = p.on_element(state, row, ctx)        #   on_element for each row, in order
+    state = p.on_timer(state, t, ctx)                # event-time timers, in time order, once
+                                                     #   the watermark passes t
+    state = p.on_end(state, ctx)                     # once, when the input ends (after timers)
+
+``ctx`` (a :class:`Context`) emits output rows (``ctx.emit(dict)``), sets and deletes timers
+(``ctx.set_timer(t)``), and tells the ``key`` and the current ``watermark``. A timer at ``t``
+fires once every element with event time <= ``t`` has been processed; at the end of the input,
+all pending timers fire in time order. Rows emitted should carry an event time no older than the
+current watermark (downstream windows would count them as late).
+
+Example (a per-key running count)::
+
+    class RunningCount(epic.Processor):
+        def init(self, key):
+            return 0
+        def on_element(self, state, row, ctx):
+            ctx.emit({"sid": ctx.key, "ts": row["ts"], "n": state + 1})
+            return state + 1
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+
+from . import serde
+from .errors import EpicError, NodeFailure, StateError
+from .operator import ENTRY_COLUMN
+
+__all__ = ["Processor", "Context", "ProcessOperator", "processor"]
+
+
+class Processor:
+    """Base class of user stateful operators (see the module docstring for the call order)."""
+
+    def init(self, key: Any) -> Any:
+        """The fresh state for ``key`` (None for a global process node)."""
+        return None
+
+    def on_batch(self, state: Any, rows: list[dict], ctx: "Context") -> Any:
+        """All rows of one input batch for this key, in input order. Default: ``on_element``."""
+        for row in rows:
+            ctx._row = row
+            state = self.on_element(state, row, ctx)
+        return state
+
+    def on_element(self, state: Any, row: dict, ctx: "Context") -> Any:
+        """One input row (a dict of column values). Return the new state."""
+        return state
+
+    def on_timer(self, state: Any, time: int, ctx: "Context") -> Any:
+        """A timer set with ``ctx.set_timer(time)`` fired. Return the new state."""
+        return state
+
+    def on_end(self, state: Any, ctx: "Context") -> Any:
+        """The input ended (all timers have fired). Return the final state."""
+        return state
+
+
+class _FunctionProcessor(Processor):
+    def __init__(self, init, on_element, on_timer, on_end, on_batch):
+        self._f = (init, on_element, on_timer, on_end, on_batch)
+
+    def init(self, key):
+        return self._f[0](key) if self._f[0] else None
+
+    def on_batch(self, state, rows, ctx):
+        if self._f[4]:
+            return self._f[4](state, rows, ctx)
+        return super().on_batch(state, rows, ctx)
+
+    def on_element(self, state, row, ctx):
+        return self._f[1](state, row, ctx) if self._f[1] else state
+
+    def on_timer(self, state, time, ctx):
+        return self._f[2](state, time, ctx) if self._f[2] else state
+
+    def on_end(self, state, ctx):
+        return self._f[3](state, ctx) if self._f[3] else state
+
+
+def processor(*, init: Callable[[Any], Any] | None = None,
+              on_element: Callable[[Any, dict, "Context"], Any] | None = None,
+              on_timer: Callable[[Any, int, "Context"], Any] | None = None,
+              on_end: Callable[[Any, "Context"], Any] | None = None,
+              on_batch: Callable[[Any, list, "Context"], Any] | None = None) -> Processor:
+    """A :class:`Processor` from plain functions (same hooks, same rules).
+
+    >>> p = processor(init=lambda key: 0, on_element=lambda s, row, ctx: s + 1)
+    >>> p.on_element(p.init(None), {}, None)
+    1
+    """
+    return _FunctionProcessor(init, on_element, on_timer, on_end, on_batch)
+
+
+class Context:
+    """What a hook may do besides returning the state."""
+
+    def __init__(self, op: "ProcessOperator"):
+        self._op = op
+        self.key: Any = None
+        self._row: dict | None = None
+        self._entry = 0
+
+    @property
+    def watermark(self) -> int | None:
+        """The input watermark: no element older than this will arrive."""
+        return self._op._watermark
+
+    def emit(self, row: dict) -> None:
+        """Emit one output row (a dict with the output schema's columns)."""
+        self._op._out.append(row)
+        self._op._out_entry.append(self._entry)
+
+    def set_timer(self, time: int) -> None:
+        """Call ``on_timer(state, time)`` for this key once the watermark passes ``time``."""
+        self._op._set_timer(int(time), self.key)
+
+    def delete_timer(self, time: int) -> None:
+        """Cancel this key's timer at ``time`` (no error if there is none)."""
+        self._op._timers.discard((int(time), self._op._key_id(self.key)))
+
+
+class ProcessOperator:
+    """Runtime logic of a process node (the :mod:`epic.operator` protocol).
+
+    Args:
+        processor: the user's :class:`Processor` config.
+        schema: the input schema.
+        time: the input's event-time column.
+        output_schema: the output schema (with ``_entry`` if the input has it).
+        key: key column(s), or None for one global state.
+        node: node name, for error messages.
+    """
+
+    def __init__(self, processor: Processor, schema: pa.Schema, time: str,
+                 output_schema: pa.Schema, *, key: str | Sequence[str] | None = None,
+                 node: str = "process"):
+        self.processor = processor
+        self.schema = schema
+        self.time = time
+        self.output_schema = output_schema
+        self.keys = () if key is None else ((key,) if isinstance(key, str) else tuple(key))
+        self.node = node
+        self.entry = ENTRY_COLUMN in schema.names
+        self.out_entry = ENTRY_COLUMN in output_schema.names
+        self._user_out = (output_schema.remove(output_schema.get_field_index(ENTRY_COLUMN))
+                          if self.out_entry else output_schema)
+        self._states: dict[Any, Any] = {}
+        self._key_entry: dict[Any, int] = {}
+        self._timers: set[tuple[int, int]] = set()  # (time, key id)
+        self._heap: list[tuple[int, int]] = []
+        self._key_ids: dict[Any, int] = {}
+        self._keys_by_id: list[Any] = []
+        self._watermark: int | None = None
+        self._out: list[dict] = []
+        self._out_entry: list[int] = []
+        self._batches = 0
+        self._ctx = Context(self)
+
+    def _key_id(self, key) -> int:
+        kid = self._key_ids.get(key)
+        if kid is None:
+            kid = len(self._keys_by_id)
+            self._key_ids[key] = kid
+            self._keys_by_id.append(key)
+        return kid
+
+    def _set_timer(self, time: int, key) -> None:
+        item = (time, self._key_id(key))
+        if item not in self._timers:
+            self._timers.add(item)
+            heapq.heappush(self._heap, item)
+
+    def _call(self, hook: str, key, *args):
+        ctx = self._ctx
+        ctx.key = key
+        ctx._entry = self._key_entry.get(key, 0)
+        if key not in self._states:
+            self._key_id(key)
+            self._states[key] = self._guard("init", self.processor.init, key)
+        state = self._guard(hook, getattr(self.processor, hook), self._states[key], *args, ctx)
+        self._states[key] = state
+
+    def _guard(self, hook: str, fn, *args):
+        try:
+            return fn(*args)
+        except EpicError:
+            raise
+        except Exception as exc:
+            raise NodeFailure(self.node, f"{type(self.processor).__name__}.{hook}",
+                              self._batches, exc) from exc
+
+    def _flush(self) -> list[pa.RecordBatch]:
+        if not self._out:
+            return []
+        rows, ents = self._out, self._out_entry
+        self._out, self._out_entry = [], []
+        try:
+            b = pa.RecordBatch.from_pylist(rows, schema=self._user_out)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, KeyError) as exc:
+            raise NodeFailure(self.node, "ctx.emit", self._batches, ValueError(
+                f"emitted rows do not fit the declared schema {self._user_out.names}: {exc}")
+            ) from exc
+        if self.out_entry:
+            b = b.append_column(ENTRY_COLUMN, pa.array(ents, type=pa.int64()))
+        return [b]
+
+    # -- protocol --------------------------------------------------------------------------
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        self._batches += 1
+        rows = batch.to_pylist()
+        groups: dict[Any, list] = {}
+        for r in rows:
+            e = r.pop(ENTRY_COLUMN, 0) if self.entry else 0
+            if not self.keys:
+                k = None
+            elif len(self.keys) == 1:
+                k = r[self.keys[0]]
+            else:
+                k = tuple(r[c] for c in self.keys)
+            if k not in groups:
+                self._key_id(k)
+            groups.setdefault(k, []).append(r)
+            if e > self._key_entry.get(k, 0):
+                self._key_entry[k] = e
+        # key groups in order of first appearance; rows of a key in input order
+        for k, krows in groups.items():
+            self._call("on_batch", k, krows)
+        return self._flush()
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        watermark = int(watermark)
+        if self._watermark is not None and watermark <= self._watermark:
+            return []
+        self._watermark = watermark
+        self._fire(lambda t: t < watermark)
+        return self._flush()
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        self._fire(lambda t: True)
+        for k in list(self._states):
+            self._call("on_end", k)
+        return self._flush()
+
+    def _fire(self, due) -> None:
+        heap = self._heap
+        while heap and due(heap[0][0]):
+            item = heapq.heappop(heap)
+            if item not in self._timers:
+                continue  # deleted
+            self._timers.discard(item)
+            self._call("on_timer", self._keys_by_id[item[1]], item[0])
+
+    @property
+    def watermark(self) -> int | None:
+        return self._watermark
+
+    def snapshot(self) -> bytes:
+        keys = self._keys_by_id
+        return serde.packb({
+            "format": "epic.process/1",
+            "keys": [list(k) if isinstance(k, tuple) else k for k in keys],
+            "states": [[self._key_ids[k], s] for k, s in self._states.items()],
+            "entry": [[self._key_ids[k], e]
+                      for k, e in self._key_entry.items()],
+            "timers": sorted(self._timers),
+            "watermark": self._watermark,
+        })
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.process/1":
+            raise StateError("not a process snapshot (format epic.process/1)")
+        keys = [tuple(k) if isinstance(k, list) and len(self.keys) > 1 else k for k in st["keys"]]
+        self._keys_by_id = keys
+        self._key_ids = {k: i for i, k in enumerate(keys)}
+        self._states = {keys[i]: s for i, s in st["states"]}
+        self._key_entry = {keys[i]: e for i, e in st["entry"]}
+        self._timers = {tuple(t) for t in st["timers"]}
+        self._heap = sorted(self._timers)
+        self._watermark = st["watermark"]

@@ -1,0 +1,381 @@
+"""Sinks: where streams go. CSV (exact column order and formatting), Parquet, Arrow topic,
+console, and an in-memory collector for tests.
+
+Sinks are frozen configs. A runtime wraps one in a :class:`SinkOperator`, which selects and orders
+the columns and, with ``delays=True``, prepends EPIC's two delay-logging columns: the row's entry
+time (the newest arrival wall time among the input rows that made it, carried in ``_entry``) and
+the wall time when the row is written, both in nanoseconds since the epoch. Their difference is
+the row's delay. Delay columns need ``Topology(..., delay_logging=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time as _time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import SpecError
+from .operator import ENTRY_COLUMN
+
+__all__ = [
+    "Sink",
+    "CsvSink",
+    "ParquetSink",
+    "TopicSink",
+    "ConsoleSink",
+    "CollectSink",
+    "csv_sink",
+    "parquet_sink",
+    "topic_sink",
+    "console_sink",
+    "collect_sink",
+    "SinkOperator",
+    "DELAY_COLUMNS",
+]
+
+#: Default names of the delay-logging columns a sink prepends.
+DELAY_COLUMNS = ("entry_time", "write_time")
+
+
+class Sink:
+    """Base of sink configs."""
+
+    columns: tuple[str, ...] | None = None
+    delays: bool = False
+    delay_columns: tuple[str, str] = DELAY_COLUMNS
+    #: True if the output is only usable once the input has ended (not for unbounded streams).
+    blocking: bool = False
+
+    def check(self, schema: pa.Schema, time: str, unit: str) -> None:
+        """Raise :class:`SpecError` if the sink cannot write ``schema``."""
+        if self.columns is not None:
+            missing = [c for c in self.columns if c not in schema.names or c == ENTRY_COLUMN]
+            if missing:
+                raise SpecError(f"columns {missing} are not in the stream; choose from "
+                                f"{', '.join(n for n in schema.names if n != ENTRY_COLUMN)}")
+            if len(set(self.columns)) != len(self.columns):
+                raise SpecError(f"columns {list(self.columns)} repeat a column")
+        if self.delays and ENTRY_COLUMN not in schema.names:
+            raise SpecError("delays=True needs delay logging: create the topology with "
+                            "epic.Topology(name, delay_logging=True)")
+
+    def output_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The schema of the rows written, given the input schema."""
+        names = list(self.columns) if self.columns is not None else \
+            [n for n in schema.names if n != ENTRY_COLUMN]
+        fields = [schema.field(n) for n in names]
+        if self.delays:
+            fields = [pa.field(self.delay_columns[0], pa.int64()),
+                      pa.field(self.delay_columns[1], pa.int64())] + fields
+        return pa.schema(fields)
+
+    def open(self, schema: pa.Schema, time: str, unit: str, node: str):
+        """A writer with ``write(batch, watermark)`` and ``close(watermark)``."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+def _parent(path: str):
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+
+
+def _cols(columns) -> tuple[str, ...] | None:
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        raise SpecError(f"columns must be a list of names, got the string {columns!r}")
+    return tuple(columns)
+
+
+@dataclass(frozen=True)
+class CsvSink(Sink):
+    """See :func:`csv_sink`."""
+
+    path: str
+    columns: tuple[str, ...] | None = None
+    header: bool = True
+    delimiter: str = ","
+    float_format: str | None = None
+    delays: bool = False
+    delay_columns: tuple[str, str] = DELAY_COLUMNS
+
+    def __post_init__(self):
+        if len(self.delimiter) != 1:
+            raise SpecError(f"csv_sink: delimiter={self.delimiter!r}; give one character")
+        if self.float_format is not None:
+            try:
+                format(1.5, self.float_format)
+            except ValueError as exc:
+                raise SpecError(f"csv_sink: float_format={self.float_format!r} is not a format "
+                                "spec for floats (try '.6f')") from exc
+
+    def open(self, schema, time, unit, node):
+        from .csvio import CsvWriter
+
+        _parent(self.path)
+        out = self.output_schema(schema)
+        w = CsvWriter(self.path, columns=out.names, header=self.header,
+                      delimiter=self.delimiter, float_format=self.float_format)
+        return _Writer(lambda b, wm: w.write(b), lambda wm: w.close())
+
+    def describe(self):
+        return f"csv {os.path.basename(self.path)}"
+
+
+def csv_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = None, header: bool = True,
+             delimiter: str = ",", float_format: str | None = None, delays: bool = False,
+             delay_columns: tuple[str, str] = DELAY_COLUMNS) -> CsvSink:
+    """Write CSV with exactly the given columns, in that order (EPIC-style logs).
+
+    Integers keep every digit; floats use the shortest round-trip form unless ``float_format``
+    (e.g. ``".6f"``). With ``delays=True`` two columns (entry time, write time, ns) come first.
+
+    Example:
+        >>> csv_sink("out/q1.csv", columns=["ts", "player_id", "speed"], float_format=".3f").columns
+        ('ts', 'player_id', 'speed')
+    """
+    return CsvSink(os.fspath(path), _cols(columns), header, delimiter, float_format, delays,
+                   tuple(delay_columns))
+
+
+@dataclass(frozen=True)
+class ParquetSink(Sink):
+    """See :func:`parquet_sink`."""
+
+    path: str
+    columns: tuple[str, ...] | None = None
+    delays: bool = False
+    delay_columns: tuple[str, str] = DELAY_COLUMNS
+    blocking: bool = True  # the file is readable only once closed
+
+    def open(self, schema, time, unit, node):
+        import pyarrow.parquet as pq
+
+        _parent(self.path)
+        out = self.output_schema(schema)
+        w = pq.ParquetWriter(self.path, out)
+        return _Writer(lambda b, wm: w.write_batch(b), lambda wm: w.close())
+
+    def describe(self):
+        return f"parquet {os.path.basename(self.path)}"
+
+
+def parquet_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
+                 delays: bool = False) -> ParquetSink:
+    """Write one Parquet file (complete when the input ends, so only for bounded streams).
+
+    Example:
+        >>> parquet_sink("out/q1.parquet").blocking
+        True
+    """
+    return ParquetSink(os.fspath(path), _cols(columns), delays)
+
+
+@dataclass(frozen=True)
+class TopicSink(Sink):
+    """See :func:`topic_sink`."""
+
+    path: str
+    columns: tuple[str, ...] | None = None
+    delays: bool = False
+    delay_columns: tuple[str, str] = DELAY_COLUMNS
+
+    def check(self, schema, time, unit):
+        super().check(schema, time, unit)
+        out = self.output_schema(schema)
+        if time not in out.names:
+            raise SpecError(f"a topic needs the event-time column {time!r}; keep it in columns")
+        if os.path.exists(os.path.join(self.path, "_topic.json")):
+            from .topics import Topic
+            existing = Topic.open(self.path).schema
+            if [(f.name, f.type) for f in existing] != [(f.name, f.type) for f in out]:
+                raise SpecError(f"topic {self.path} exists with columns "
+                                f"{[f'{f.name}: {f.type}' for f in existing]} but the stream "
+                                f"writes {[f'{f.name}: {f.type}' for f in out]}; delete the topic "
+                                "or write to a new path")
+
+    def open(self, schema, time, unit, node):
+        from .topics import Topic
+
+        out = self.output_schema(schema)
+        topic = Topic.create(self.path, out, time_column=time, time_unit=unit, exist_ok=True)
+        producer = node.replace(".", "_")
+        last = topic.last_batch_id(producer)
+        state = {"batch": -1 if last is None else last}
+
+        def write(b, wm):
+            state["batch"] += 1
+            topic.append([b], producer=producer, batch_id=state["batch"], watermark=wm)
+
+        def close(wm):
+            state["batch"] += 1
+            topic.append_marker(producer=producer, batch_id=state["batch"], watermark=wm, eos=True)
+        return _Writer(write, close)
+
+    def describe(self):
+        return f"topic {os.path.basename(os.path.normpath(self.path))}"
+
+
+def topic_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
+               delays: bool = False) -> TopicSink:
+    """Append to an Arrow topic (created if missing; batches carry the watermark; an
+    end-of-stream marker is committed when the input ends). The producer id is the node name.
+
+    Example:
+        >>> topic_sink("topics/q1").describe()
+        'topic q1'
+    """
+    return TopicSink(os.fspath(path), _cols(columns), delays)
+
+
+@dataclass(frozen=True)
+class ConsoleSink(Sink):
+    """See :func:`console_sink`."""
+
+    columns: tuple[str, ...] | None = None
+    limit: int | None = None
+    delays: bool = False
+    delay_columns: tuple[str, str] = DELAY_COLUMNS
+
+    def open(self, schema, time, unit, node):
+        out = self.output_schema(schema)
+        state = {"rows": 0, "header": False}
+        file = sys.stdout
+
+        def write(b, wm):
+            if not state["header"]:
+                print(f"[{node}] " + "\t".join(out.names), file=file)
+                state["header"] = True
+            for row in b.to_pylist():
+                if self.limit is not None and state["rows"] >= self.limit:
+                    return
+                state["rows"] += 1
+                print(f"[{node}] " + "\t".join(_fmt(row[c]) for c in out.names), file=file)
+        return _Writer(write, lambda wm: file.flush())
+
+    def describe(self):
+        return "console"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    return "" if v is None else str(v)
+
+
+def console_sink(*, columns: Sequence[str] | None = None, limit: int | None = None,
+                 delays: bool = False) -> ConsoleSink:
+    """Print rows to standard output, tab-separated, prefixed by the sink's name.
+
+    Example:
+        >>> console_sink(limit=10).limit
+        10
+    """
+    return ConsoleSink(_cols(columns), limit, delays)
+
+
+@dataclass(frozen=True, eq=False)
+class CollectSink(Sink):
+    """See :func:`collect_sink`."""
+
+    columns: tuple[str, ...] | None = None
+    delays: bool = False
+    delay_columns: tuple[str, str] = DELAY_COLUMNS
+
+    def open(self, schema, time, unit, node):
+        out = self.output_schema(schema)
+        batches: list[pa.RecordBatch] = []
+        w = _Writer(lambda b, wm: batches.append(b), lambda wm: None)
+        w.table = lambda: pa.Table.from_batches(batches, schema=out)
+        return w
+
+    def describe(self):
+        return "collect"
+
+
+def collect_sink(*, columns: Sequence[str] | None = None, delays: bool = False) -> CollectSink:
+    """Keep the rows in memory: ``epic.run(t).collected[sink_name]`` is a ``pyarrow.Table``.
+
+    Example:
+        >>> collect_sink().describe()
+        'collect'
+    """
+    return CollectSink(_cols(columns), delays)
+
+
+class _Writer:
+    def __init__(self, write: Callable[[pa.RecordBatch, Any], None], close: Callable[[Any], None]):
+        self.write = write
+        self.close = close
+        self.table = None
+
+
+class SinkOperator:
+    """Runtime logic of a sink node: shapes rows and hands them to the sink's writer.
+
+    Args:
+        sink: the sink config.
+        schema, time, unit: the input stream's.
+        node: the sink node's name (producer id for topics, console prefix).
+        clock: wall clock in ns for the write-time column (injected; ``time.time_ns`` default).
+    """
+
+    def __init__(self, sink: Sink, schema: pa.Schema, time: str, unit: str, *, node: str = "sink",
+                 clock: Callable[[], int] | None = None):
+        self.sink = sink
+        self.schema = schema
+        self.time = time
+        self.unit = unit
+        self.node = node
+        self.clock = clock or _time.time_ns
+        self.output_schema = sink.output_schema(schema)
+        self._names = [n for n in self.output_schema.names
+                       if not (sink.delays and n in sink.delay_columns[:2])]
+        self._writer = None
+        self._watermark: int | None = None
+        self.rows = 0
+
+    def _open(self):
+        if self._writer is None:
+            self._writer = self.sink.open(self.schema, self.time, self.unit, self.node)
+        return self._writer
+
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        w = self._open()
+        if batch.num_rows == 0:
+            return []
+        arrays = [batch.column(n) for n in self._names]
+        if self.sink.delays:
+            now = self.clock()
+            arrays = [batch.column(ENTRY_COLUMN),
+                      pa.array(np.full(batch.num_rows, now, dtype=np.int64))] + arrays
+        w.write(pa.RecordBatch.from_arrays(arrays, schema=self.output_schema), self._watermark)
+        self.rows += batch.num_rows
+        return []
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        self._watermark = watermark
+        return []
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        self._open().close(self._watermark)
+        return []
+
+    def table(self) -> pa.Table | None:
+        """The rows written, for :func:`collect_sink` (None for other sinks)."""
+        w = self._writer
+        return w.table() if w is not None and w.table is not None else None
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    def restore(self, data: bytes) -> None:
+        pass

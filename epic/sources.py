@@ -1,0 +1,417 @@
+"""Sources: where streams come from. Each declares its schema, event-time column and unit.
+
+Sources are frozen configs; :meth:`Source.open` starts a fresh read and returns a
+:class:`SourceReader` (an iterable of ``pyarrow.RecordBatch`` with counters). Runtimes stamp the
+``_entry`` column and emit watermarks (the largest event time seen, minus ``lateness``, and a final
+``max + 1`` before the end); sources themselves never read the clock.
+
+* :func:`csv_source`: a CSV file through :mod:`epic.csvio` (strict or lenient with dead letters).
+* :func:`parquet_source`: a Parquet file or directory.
+* :func:`topic_source`: an Arrow topic (:mod:`epic.topics`); ``follow=True`` keeps reading until
+  its producer marks the end of the stream (an unbounded source).
+* :func:`iterator_source`: Python values: batches, tables, column dicts or row dicts, from a list
+  or a generator function.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import pyarrow as pa
+
+from .errors import InputError, SpecError
+from .timeunits import UNITS, to_ticks
+
+__all__ = [
+    "Source",
+    "SourceReader",
+    "CsvSource",
+    "ParquetSource",
+    "TopicSource",
+    "IteratorSource",
+    "csv_source",
+    "parquet_source",
+    "topic_source",
+    "iterator_source",
+]
+
+
+class SourceReader:
+    """One read of a source: iterate it once; :attr:`stats` holds counts for the summary."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch], stats: Callable[[], dict] | None = None):
+        self._batches = batches
+        self._stats = stats
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return iter(self._batches)
+
+    @property
+    def stats(self) -> dict:
+        """Counters of this read (e.g. bad lines of a lenient CSV read)."""
+        return self._stats() if self._stats else {}
+
+
+class Source:
+    """Base of source configs: ``schema``, ``time``, ``unit``, ``bounded``, ``lateness``."""
+
+    schema: pa.Schema
+    time: str
+    unit: str
+    bounded: bool = True
+    lateness: Any = 0
+
+    def open(self) -> SourceReader:
+        """Start reading from the beginning."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+    def lateness_ticks(self) -> int:
+        """How far (in ticks) rows may arrive out of order; the watermark trails by this much."""
+        return to_ticks(self.lateness, self.unit, what="lateness")
+
+
+def _check_common(src: Source, what: str):
+    from .topology import as_schema
+
+    object.__setattr__(src, "schema", as_schema(src.schema, what=f"{what}: schema"))
+    if src.unit not in UNITS:
+        raise SpecError(f"{what}: unknown time unit {src.unit!r}; use one of {', '.join(UNITS)}")
+    if not isinstance(src.time, str) or not src.time:
+        raise SpecError(f"{what}: time must name the event-time column")
+    src.lateness_ticks()
+
+
+@dataclass(frozen=True)
+class CsvSource(Source):
+    """See :func:`csv_source`."""
+
+    path: str
+    schema: pa.Schema
+    time: str
+    unit: str
+    header: bool = False
+    delimiter: str = ","
+    mode: str = "strict"
+    dead_letter: str | None = None
+    batch_rows: int = 1 << 16
+    lateness: Any = 0
+
+    def __post_init__(self):
+        _check_common(self, "csv_source")
+        if self.mode not in ("strict", "lenient"):
+            raise SpecError(f"csv_source: mode={self.mode!r}; use 'strict' (stop at the first bad "
+                            "line) or 'lenient' (bad lines go to dead_letter)")
+        if self.mode == "lenient" and self.dead_letter is None:
+            raise SpecError("csv_source: mode='lenient' needs dead_letter=PATH, where bad lines "
+                            "are written (never dropped silently)")
+        if self.mode == "strict" and self.dead_letter is not None:
+            raise SpecError("csv_source: dead_letter is only used with mode='lenient'")
+
+    def open(self) -> SourceReader:
+        from .csvio import read_csv_batches
+
+        if not os.path.exists(self.path):
+            raise InputError("input file not found; check the path (or the --param that sets it)",
+                             path=self.path)
+        if self.dead_letter:
+            os.makedirs(os.path.dirname(os.path.abspath(self.dead_letter)), exist_ok=True)
+        reader = read_csv_batches(self.path, self.schema, header=self.header,
+                                  delimiter=self.delimiter, mode=self.mode,
+                                  dead_letter=self.dead_letter, batch_rows=self.batch_rows)
+
+        def stats():
+            st = reader.stats
+            out = {"rows": st.rows, "lines": st.lines}
+            if st.bad_total:
+                out["bad_lines"] = dict(st.bad_lines)
+                out["dead_letter"] = st.dead_letter
+            return out
+        return SourceReader(reader, stats)
+
+    def describe(self):
+        return f"csv {os.path.basename(self.path)}"
+
+
+def csv_source(path: str | os.PathLike, schema, *, time: str, unit: str, header: bool = False,
+               delimiter: str = ",", mode: str = "strict", dead_letter: str | None = None,
+               batch_rows: int = 1 << 16, lateness=0) -> CsvSource:
+    """A CSV file with an explicit schema, read in batches by :mod:`epic.csvio`.
+
+    Args:
+        path: the file (``.gz`` is decompressed).
+        schema: one field per CSV column, in file order (Schema, ``{name: type}`` or pairs).
+        time: the integer event-time column; unit: its unit (``s`` .. ``ps``).
+        header: the first line is a header equal to the schema's names.
+        delimiter: field separator.
+        mode: ``"strict"`` stops at the first bad line naming file, line, field and value;
+            ``"lenient"`` writes bad lines to ``dead_letter`` and reports the counts.
+        dead_letter: CSV file for bad lines (lenient mode).
+        batch_rows: rows per batch.
+        lateness: seconds rows may arrive out of event-time order.
+
+    Example:
+        >>> src = csv_source("game.csv", {"sid": "int64", "ts": "int64", "x": "int64"},
+        ...                  time="ts", unit="ps")
+        >>> src.schema.names
+        ['sid', 'ts', 'x']
+    """
+    return CsvSource(os.fspath(path), schema, time, unit, header, delimiter, mode,
+                     None if dead_letter is None else os.fspath(dead_letter), batch_rows, lateness)
+
+
+@dataclass(frozen=True)
+class ParquetSource(Source):
+    """See :func:`parquet_source`."""
+
+    path: str
+    schema: pa.Schema | None
+    time: str
+    unit: str
+    columns: tuple[str, ...] | None = None
+    batch_rows: int = 1 << 16
+    lateness: Any = 0
+
+    def __post_init__(self):
+        if self.schema is None:
+            try:
+                import pyarrow.dataset as ds
+                schema = ds.dataset(self.path, format="parquet").schema
+            except (OSError, pa.ArrowInvalid, FileNotFoundError) as exc:
+                raise SpecError(f"parquet_source: cannot read the schema of {self.path} ({exc}); "
+                                "create the file first or pass schema=...") from exc
+            if self.columns:
+                schema = pa.schema([schema.field(c) for c in self.columns])
+            object.__setattr__(self, "schema", schema.remove_metadata())
+        _check_common(self, "parquet_source")
+
+    def open(self) -> SourceReader:
+        import pyarrow.dataset as ds
+
+        if not os.path.exists(self.path):
+            raise InputError("input file not found", path=self.path)
+        dataset = ds.dataset(self.path, format="parquet")
+        names = list(self.schema.names)
+        count = [0]
+
+        def batches():
+            for b in dataset.to_batches(columns=names, batch_size=self.batch_rows):
+                if b.num_rows:
+                    count[0] += b.num_rows
+                    yield pa.RecordBatch.from_arrays(
+                        [b.column(n).cast(f.type) for n, f in zip(names, self.schema)],
+                        schema=self.schema)
+        return SourceReader(batches(), lambda: {"rows": count[0]})
+
+    def describe(self):
+        return f"parquet {os.path.basename(self.path)}"
+
+
+def parquet_source(path: str | os.PathLike, *, time: str, unit: str, schema=None,
+                   columns=None, batch_rows: int = 1 << 16, lateness=0) -> ParquetSource:
+    """A Parquet file (or directory); the schema is read from the file unless given.
+
+    Example:
+        >>> import tempfile, pyarrow.parquet as pq
+        >>> p = tempfile.mkdtemp() + "/x.parquet"
+        >>> pq.write_table(pa.table({"ts": [1, 2], "v": [0.5, 1.5]}), p)
+        >>> parquet_source(p, time="ts", unit="ms").schema.names
+        ['ts', 'v']
+    """
+    return ParquetSource(os.fspath(path), schema, time, unit,
+                         None if columns is None else tuple(columns), batch_rows, lateness)
+
+
+@dataclass(frozen=True)
+class TopicSource(Source):
+    """See :func:`topic_source`."""
+
+    path: str
+    schema: pa.Schema | None = None
+    time: str | None = None
+    unit: str | None = None
+    follow: bool = False
+    poll_seconds: float = 0.2
+    lateness: Any = 0
+
+    def __post_init__(self):
+        from .topics import Topic
+
+        manifest = None
+        if os.path.exists(os.path.join(self.path, "_topic.json")):
+            manifest = Topic.open(self.path).manifest
+        if self.schema is None:
+            if manifest is None:
+                raise SpecError(f"topic_source: no topic at {self.path} yet, so its schema is "
+                                "unknown; pass schema=..., time=... and unit=...")
+            object.__setattr__(self, "schema", manifest.schema)
+        if self.time is None:
+            if manifest is None or manifest.time_column is None:
+                raise SpecError(f"topic_source {self.path}: pass time=... (the topic declares no "
+                                "event-time column)")
+            object.__setattr__(self, "time", manifest.time_column)
+        if self.unit is None:
+            object.__setattr__(self, "unit", manifest.time_unit if manifest else "ms")
+        _check_common(self, "topic_source")
+        object.__setattr__(self, "bounded", not self.follow)
+
+    def open(self) -> SourceReader:
+        from .topics import Topic
+
+        count = [0, 0]
+
+        def batches():
+            deadline_free = True
+            while deadline_free:
+                if not os.path.exists(os.path.join(self.path, "_topic.json")):
+                    if not self.follow:
+                        raise InputError("not a topic (no _topic.json)", path=self.path)
+                    _time.sleep(self.poll_seconds)
+                    continue
+                topic = Topic.open(self.path)
+                ended = False
+                for info in topic.segments(count[1]):
+                    meta, bs = topic.read_segment(info)
+                    count[1] = info.seq + 1
+                    for b in bs:
+                        if b.num_rows:
+                            count[0] += b.num_rows
+                            yield topic.conform(b) if b.schema != self.schema else b
+                    ended = ended or meta.eos
+                if ended or not self.follow:
+                    return
+                _time.sleep(self.poll_seconds)
+        return SourceReader(batches(), lambda: {"rows": count[0]})
+
+    def describe(self):
+        return f"topic {os.path.basename(os.path.normpath(self.path))}"
+
+
+def topic_source(path: str | os.PathLike, *, schema=None, time: str | None = None,
+                 unit: str | None = None, follow: bool = False, lateness=0) -> TopicSource:
+    """An Arrow topic; schema, time column and unit come from its manifest unless given.
+
+    With ``follow=False`` (default) it reads the segments visible when the read starts (bounded);
+    with ``follow=True`` it polls for new segments until one marks the end of the stream.
+
+    Example:
+        >>> import tempfile
+        >>> from epic.topics import Topic
+        >>> d = tempfile.mkdtemp() + "/t"
+        >>> _ = Topic.create(d, pa.schema([("ts", pa.int64())]), time_column="ts", time_unit="us")
+        >>> (topic_source(d).time, topic_source(d).unit)
+        ('ts', 'us')
+    """
+    return TopicSource(os.fspath(path), schema, time, unit, follow, 0.2, lateness)
+
+
+@dataclass(frozen=True)
+class IteratorSource(Source):
+    """See :func:`iterator_source`."""
+
+    items: Any
+    schema: pa.Schema
+    time: str
+    unit: str
+    bounded: bool = True
+    batch_rows: int = 4096
+    lateness: Any = 0
+
+    def __post_init__(self):
+        _check_common(self, "iterator_source")
+        if not callable(self.items) and not isinstance(self.items, Iterable):
+            raise SpecError("iterator_source: items must be an iterable or a function returning "
+                            "one (e.g. a generator function)")
+        if isinstance(self.items, Iterator):
+            raise SpecError("iterator_source: got a one-shot iterator, which a second run would "
+                            "find empty; pass the generator *function* (without calling it) or a "
+                            "list")
+
+    def open(self) -> SourceReader:
+        items = self.items() if callable(self.items) else self.items
+        count = [0]
+        schema = self.schema
+
+        def batches():
+            rows: list[dict] = []
+            for item in items:
+                if isinstance(item, Mapping) and not _is_columns(item):
+                    rows.append(item)
+                    if len(rows) >= self.batch_rows:
+                        yield self._rows(rows)
+                        count[0] += len(rows)
+                        rows = []
+                    continue
+                if rows:
+                    yield self._rows(rows)
+                    count[0] += len(rows)
+                    rows = []
+                for b in _to_batches(item, schema):
+                    count[0] += b.num_rows
+                    yield b
+            if rows:
+                count[0] += len(rows)
+                yield self._rows(rows)
+        return SourceReader(batches(), lambda: {"rows": count[0]})
+
+    def _rows(self, rows: list[dict]) -> pa.RecordBatch:
+        try:
+            return pa.RecordBatch.from_pylist(rows, schema=self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            raise InputError(f"iterator_source: rows do not fit the schema {self.schema.names}: "
+                             f"{exc}") from exc
+
+    def describe(self):
+        return f"python {getattr(self.items, '__name__', type(self.items).__name__)}"
+
+
+def _is_columns(item: Mapping) -> bool:
+    return any(isinstance(v, (list, tuple, pa.Array)) or hasattr(v, "__array__")
+               for v in item.values())
+
+
+def _to_batches(item, schema: pa.Schema) -> list[pa.RecordBatch]:
+    if isinstance(item, Mapping):
+        item = pa.table(dict(item))
+    if isinstance(item, pa.Table):
+        bs = item.to_batches()
+    elif isinstance(item, pa.RecordBatch):
+        bs = [item]
+    else:
+        raise InputError(f"iterator_source: cannot turn {type(item).__name__} into rows; yield "
+                         "dicts (rows), {column: array} dicts, RecordBatches or Tables")
+    out = []
+    for b in bs:
+        if not b.num_rows:
+            continue
+        try:
+            out.append(pa.RecordBatch.from_arrays(
+                [b.column(f.name).cast(f.type) for f in schema], schema=schema))
+        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InputError(f"iterator_source: a batch does not fit the schema "
+                             f"{schema.names} (it has {b.schema.names}): {exc}") from exc
+    return out
+
+
+def iterator_source(items, *, schema, time: str, unit: str, bounded: bool = True,
+                    batch_rows: int = 4096, lateness=0) -> IteratorSource:
+    """Python data: a list, or a function returning an iterable (e.g. a generator function).
+
+    Items are row dicts (grouped into batches of ``batch_rows``), ``{column: array}`` dicts,
+    RecordBatches or Tables. ``bounded=False`` declares a live source that may never end.
+
+    Example:
+        >>> def gen():
+        ...     for i in range(3):
+        ...         yield {"ts": i, "v": i / 2}
+        >>> src = iterator_source(gen, schema={"ts": "int64", "v": "float64"}, time="ts",
+        ...                       unit="s")
+        >>> [b.num_rows for b in src.open()]
+        [3]
+    """
+    return IteratorSource(items, schema, time, unit, bounded, batch_rows, lateness)
