@@ -71,6 +71,7 @@ __all__ = [
     "TopicStatus",
     "TopicStat",
     "TIME_UNITS",
+    "resolve_filesystem",
     "ls",
     "tail",
     "stat",
@@ -270,8 +271,12 @@ def _is_uri(path: str) -> bool:
     return "://" in path
 
 
-def _resolve(path: str | os.PathLike, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
+def resolve_filesystem(path: str | os.PathLike, filesystem: pafs.FileSystem | None = None
+                       ) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and normalised path for a local path or a filesystem URI."""
     path = os.fspath(path)
+    if path.startswith("file:") and not path.startswith("file://"):
+        path = path[len("file:"):]  # Hadoop-style "file:/abs/path", as Spark may hand it over
     if filesystem is not None:
         return filesystem, path.rstrip("/")
     if _is_uri(path):
@@ -371,7 +376,7 @@ class Topic:
                     f"topic {os.fspath(path)}: time_column {time_column!r} has type"
                     f" {schema.field(time_column).type}; event time must be an integer column"
                     " (convert timestamps to integers at the source)")
-        fs, root = _resolve(path, filesystem)
+        fs, root = resolve_filesystem(path, filesystem)
         manifest_path = f"{root}/{MANIFEST_NAME}"
         if fs.get_file_info(manifest_path).type != pafs.FileType.NotFound:
             if not exist_ok:
@@ -396,7 +401,7 @@ class Topic:
         Raises:
             InputError: There is no topic manifest at ``path``.
         """
-        fs, root = _resolve(path, filesystem)
+        fs, root = resolve_filesystem(path, filesystem)
         manifest_path = f"{root}/{MANIFEST_NAME}"
         try:
             with fs.open_input_stream(manifest_path) as f:

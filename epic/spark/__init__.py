@@ -89,6 +89,6 @@ def write_topic(df, path: str, *, producer: str, checkpoint: str, time_column: s
          .queryName(query_name or producer))
     if time_column is not None:
         w = w.option("time_column", time_column)
-    if propagate_markers:
-        w = w.option("checkpoint", str(checkpoint))
+    if not propagate_markers:
+        w = w.option("markers", "none")
     return w

@@ -6,7 +6,6 @@ Usage::
        .option("path", "/work/topics/out")
        .option("producer", "node_a")                 # a node name: stable across restarts
        .option("checkpointLocation", ckpt)
-       .option("checkpoint", ckpt)                  # propagate upstream watermark / end of stream
        .option("time_column", "ts").option("time_unit", "ms")   # when the sink creates the topic
        .start())
 
@@ -19,13 +18,16 @@ commit-log entry missing), a ``B`` already complete in the topic makes the commi
 and a ``B`` only partly renamed is invisible to readers and is replaced. So every batch appears
 exactly once.
 
-**Markers.** With option ``checkpoint`` (the query's checkpoint location) the sink reads the
-batch's source offsets from Spark's offset log (:func:`epic.spark.topic_source.batch_markers`) and
-stamps every segment of the batch with the upstream watermark (minimum over inputs) and
-end-of-stream flag (all inputs ended). A batch without rows still writes a zero-row segment when it
-carries a newer watermark or the end of stream, so markers flow through empty batches. Without the
-option, segments carry no watermark; a driver can still append markers with
-:meth:`epic.topics.Topic.append_marker`.
+**Markers.** By default (option ``markers=input``; ``none`` turns it off) the sink reads the
+batch's source offsets from Spark's offset log in the query's ``checkpointLocation`` (or option
+``checkpoint``), see :func:`epic.spark.topic_source.batch_markers`, and stamps every segment of the
+batch with the upstream watermark (minimum over inputs) and end-of-stream flag (all inputs ended).
+A batch without rows still writes a zero-row segment when it carries a newer watermark or the end of
+stream, so markers flow through empty batches. For inputs that are not topics, a driver can append
+markers with :meth:`epic.topics.Topic.append_marker`.
+
+**Restarts.** A new (empty) checkpoint with a topic that already holds this producer's output is
+refused: batch ids restart at 0, and the replay check would silently drop every batch.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from pyspark.sql.types import StructType
 
 from epic.errors import EpicError
 from epic.spark.session import freeze_gc_once
-from epic.spark.topic_source import batch_markers, combine_markers
+from epic.spark.topic_source import batch_markers, checkpoint_is_fresh, combine_markers
 from epic.topics import TempSegment, Topic
 
 __all__ = ["TopicStreamWriter", "TopicCommitMessage"]
@@ -65,12 +67,23 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
 
         opts = {k.lower(): v for k, v in options.items()}
         self.producer = opts.get("producer", "spark")
-        self.checkpoint = opts.get("checkpoint") or None
+        # Spark passes the query's checkpointLocation to the data source among its options.
+        checkpoint = opts.get("checkpoint") or opts.get("checkpointlocation") or None
+        markers = opts.get("markers", "input")
+        if markers not in ("input", "none"):
+            raise EpicError(f"epic_topic sink: markers={markers!r}; use input or none")
+        self.checkpoint = checkpoint if markers == "input" else None
         arrow_schema = to_arrow_schema(schema)
         self.topic = Topic.create(path, arrow_schema, time_column=opts.get("time_column") or None,
                                   time_unit=opts.get("time_unit", "ms"), exist_ok=True)
-        if self.producer is None or not self.producer:
-            raise EpicError("epic_topic sink: option producer must be a non-empty node name")
+        if checkpoint and checkpoint_is_fresh(checkpoint) and (
+                self.topic.last_batch_id(self.producer) is not None):
+            # Batch ids restart at 0 with a new checkpoint; the replay check would then drop every
+            # batch as already written. Refuse instead of silently losing output.
+            raise EpicError(
+                f"topic {path} already holds output of producer {self.producer!r}, but the query's"
+                f" checkpoint {checkpoint} is new: delete the topic too, or restore the checkpoint,"
+                " or use another producer name")
         self._markers: dict[int, tuple[int | None, bool]] = {}
 
     def _batch_markers(self, batch_id: int) -> tuple[int | None, bool]:

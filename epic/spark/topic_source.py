@@ -48,7 +48,7 @@ from pyspark.sql.types import StructType
 
 from epic.errors import EpicError
 from epic.spark.session import freeze_gc_once
-from epic.topics import SegmentMeta, Topic
+from epic.topics import SegmentMeta, Topic, resolve_filesystem
 
 __all__ = [
     "TopicDataSource",
@@ -306,13 +306,8 @@ def batch_markers(checkpoint: str, batch_id: int) -> list[TopicOffset]:
     Returns:
         One :class:`TopicOffset` per ``epic_topic`` source of the query, in source order.
     """
-    if "://" in checkpoint:
-        fs, root = pafs.FileSystem.from_uri(checkpoint)
-    else:
-        import os
-
-        fs, root = pafs.LocalFileSystem(), os.path.abspath(checkpoint)
-    with fs.open_input_stream(f"{root.rstrip('/')}/offsets/{batch_id}") as f:
+    fs, root = resolve_filesystem(checkpoint, None)
+    with fs.open_input_stream(f"{root}/offsets/{batch_id}") as f:
         lines = f.read().decode().splitlines()
     out = []
     for line in lines[2:]:
@@ -324,6 +319,13 @@ def batch_markers(checkpoint: str, batch_id: int) -> list[TopicOffset]:
         for line in lines[1:]:
             out.extend(_find_offsets(_safe_json(line)))
     return out
+
+
+def checkpoint_is_fresh(checkpoint: str) -> bool:
+    """Whether a query checkpoint has never planned a batch (no offset-log entry yet)."""
+    fs, root = resolve_filesystem(checkpoint, None)
+    infos = fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True))
+    return not any(i.base_name.isdigit() for i in infos)
 
 
 def _safe_json(text: str):

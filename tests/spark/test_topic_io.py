@@ -97,3 +97,19 @@ def test_exactly_once_after_replay(spark, tmp_path):
     assert got.num_rows == 901
     assert got.equals(expected(src))
     assert Topic.open(dst).status().eos
+
+
+def test_fresh_checkpoint_on_used_topic_refused(tmp_path):
+    """A new checkpoint writing into a topic that has this producer's output fails loudly."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from epic.errors import EpicError
+    from epic.spark import TopicStreamWriter
+
+    t = Topic.create(tmp_path / "out", pa.schema([("ts", pa.int64())]))
+    t.append([pa.record_batch([pa.array([1])], names=["ts"])], producer="node", batch_id=0)
+    schema = StructType([StructField("ts", LongType())])
+    opts = {"producer": "node", "checkpointLocation": str(tmp_path / "fresh")}
+    with pytest.raises(EpicError, match="checkpoint .* is new"):
+        TopicStreamWriter(str(tmp_path / "out"), schema, opts)
+    TopicStreamWriter(str(tmp_path / "out"), schema, {**opts, "producer": "other"})
