@@ -509,9 +509,13 @@ class _HalfPlanner:
             while t < p1 - 0.8:
                 dur = 0.0 if rng.random() < 0.4 else rng.uniform(0.5, 4.5)
                 e = min(t + dur, p1 - 0.8)
-                shot = (not PEOPLE[who].gk and t - last_shot > 40 and rng.random() < 0.12
-                        and e + 1.2 < p1 - 0.8)
+                closing = t + dur + 1.5 >= p1 - 0.8  # the last touch before the interruption
+                shot = (not PEOPLE[who].gk and t - last_shot > 40
+                        and rng.random() < (0.25 if closing else 0.06))
                 out.append([t, max(t, e), who, shot])
+                if shot and closing:  # it goes in: the interruption is the goal
+                    last_shot = t
+                    break
                 if shot:
                     last_shot = t
                     opp = "B" if PEOPLE[who].team == "A" else "A"
@@ -565,6 +569,9 @@ class _HalfPlanner:
             if restart:
                 ti = self.add_touch(b, who, "restart", k, fixed=ball_fixed.copy())
                 self.appoint(who, b, ball_fixed, self.touches[ti].side, hold=1.0)
+                if k == 0:  # the kick-off taker already waits at the ball in the formation
+                    t_f, _, _ = self.appts[who][0]
+                    self.appts[who][0] = (t_f, self.appts[who][-1][1].copy(), 0.0)
                 first = ti
             else:
                 recv = self.recv_point
@@ -652,7 +659,7 @@ class _HalfPlanner:
             T = nb - e
             recv = self.pass_target(k + 1, nxt, kick_pos, poss)
             dist = float(np.linalg.norm(recv - kick_pos))
-            lofted = dist > 15 and T >= 1.2 and rng.random() < 0.35
+            lofted = dist > 15 and T >= 1.2 and dist / T < 18.0 and rng.random() < 0.35
             if lofted:
                 self.legs.append(_Leg("hop2", e, nb, ("touch", last), ("touch", len(self.touches))))
                 v_in = np.array([*(0.75 * (recv - kick_pos) / T), 0.0])
@@ -738,7 +745,10 @@ class _HalfPlanner:
         opp_gk = PEOPLE[receiver].gk and PEOPLE[receiver].team != team
         d_stop = rng.uniform(0.6, 2.0) if opp_gk else rng.uniform(1.5, 5.0)
         v_need = (L - d_stop) / T + d_g * T / 2
-        if L / 1.25 <= v_need <= 34.0:
+        if v_need > 34.0:  # no shot is faster: the keeper or a defender meets it further out
+            v_need = 34.0
+            d_stop = L - (v_need * T - d_g * T * T / 2)
+        if L / 1.25 <= v_need:
             point = kick_pos + _unit(aim - kick_pos) * (L - d_stop)
             self.legs.append(_Leg("roll", e, nb, ("touch", last), ("touch", len(self.touches)),
                                   dict(decel=d_g)))
@@ -753,9 +763,11 @@ class _HalfPlanner:
             v0 = max(v_shot, Lp / 1.2)
             disc = v0 * v0 - 2 * d_g * Lp
             t_post = e + (v0 - math.sqrt(max(disc, 0.0))) / d_g
-            if t_post > nb - 0.25:
-                t_post = max(e + 0.1, nb - 0.25)
-            back = _inside(post + np.array([rng.normal(0, 4), -s * rng.uniform(4, 12)]), 1.5)
+            if t_post > nb - 0.5 and nb - 0.5 - e > 0.3:  # hit harder so the rebound has time
+                v0 = Lp / (nb - 0.5 - e) + d_g * (nb - 0.5 - e) / 2
+                t_post = nb - 0.5
+            reb = float(np.clip(rng.uniform(6.0, 14.0) * (nb - t_post), 2.0, 12.0))
+            back = _inside(post + _rot(np.array([0.0, -s]), rng.uniform(-0.7, 0.7)) * reb, 1.5)
             self.legs.append(_Leg("shot_roll", e, t_post, ("touch", last), ("point", post),
                                   dict(v0=v0)))
             self.legs.append(_Leg("roll", t_post, nb, ("point", post), ("touch", len(self.touches)),
@@ -928,7 +940,8 @@ class _Half:
         # Spare balls drop out: off-gaps scaled so that exactly (1 - duty) of their time is silent.
         for sid in SPARE_BALLS[self.half]:
             s = self.sensors[sid]
-            span = self.ts_hi - self.ts_lo
+            # only the ball-visible span counts: silence inside the ball-less stretch is wasted
+            span = (min(self.ts_hi, BALL_MISSING_FROM) if self.half == 1 else self.ts_hi) - self.ts_lo
             n = max(1, int(span / PS_PER_S / 75))
             starts = np.sort(rng.uniform(0, 1, n))
             gaps = rng.exponential(1.0, n)
@@ -1028,7 +1041,7 @@ class _Half:
                 T = leg.tb - leg.ta
                 mid = a + 0.7 * (b - a)
                 t_b = leg.ta + 0.6 * T
-                if self._near_player(mid, t_b) < 1.6:  # a bounce next to a player would be a hit
+                if self._near_player(mid, t_b) < 2.0:  # a bounce next to a player would be a hit
                     bp.roll(leg.ta, leg.tb, a, b, cfg.ground_decel)
                 else:
                     bp.hop(leg.ta, t_b, a, mid)
@@ -1093,8 +1106,9 @@ class _Half:
     def _near_player(self, xy, t) -> float:
         best = 1e9
         for i in range(len(PEOPLE)):
-            p = self.shoe_at(i, 0, t)
-            best = min(best, float(np.hypot(p[0] - xy[0], p[1] - xy[1])))
+            for side in (0, 1):
+                p = self.shoe_at(i, side, t)
+                best = min(best, float(np.hypot(p[0] - xy[0], p[1] - xy[1])))
         return best
 
 
