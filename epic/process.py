@@ -15,7 +15,7 @@ never pickled. Call order, per key::
 ``ctx`` (a :class:`Context`) emits output rows (``ctx.emit(dict)``), sets and deletes timers
 (``ctx.set_timer(t)``), and tells the ``key`` and the current ``watermark``. A timer at ``t``
 fires once every element with event time <= ``t`` has been processed; at the end of the input,
-all pending timers fire in time order. Rows emitted should carry an event time no older than the
+all pending timers fire in time order, with ``ctx.at_end`` True. Rows emitted should carry an event time no older than the
 current watermark (downstream windows would count them as late).
 
 Example (a per-key running count)::
@@ -119,6 +119,11 @@ class Context:
         """The input watermark: no element older than this will arrive."""
         return self._op._watermark
 
+    @property
+    def at_end(self) -> bool:
+        """True while timers fire and ``on_end`` runs because the input has ended."""
+        return self._op._at_end
+
     def emit(self, row: dict) -> None:
         """Emit one output row (a dict with the output schema's columns)."""
         self._op._out.append(row)
@@ -165,6 +170,7 @@ class ProcessOperator:
         self._key_ids: dict[Any, int] = {}
         self._keys_by_id: list[Any] = []
         self._watermark: int | None = None
+        self._at_end = False
         self._out: list[dict] = []
         self._out_entry: list[int] = []
         self._batches = 0
@@ -250,6 +256,7 @@ class ProcessOperator:
         return self._flush()
 
     def on_end(self) -> list[pa.RecordBatch]:
+        self._at_end = True
         self._fire(lambda t: True)
         for k in list(self._states):
             self._call("on_end", k)

@@ -1,0 +1,265 @@
+"""The ``epic`` command line (typer): ``run``, ``validate``, ``graph``, ``topics``.
+
+A topology file is plain Python that builds a module-level :class:`~epic.Topology`. The CLI imports
+it and picks the topology: the only one in the module, or the one named by ``--name`` (a variable
+name or the topology's own name).
+
+Parameters reach the file without editing it: the file reads ``epic.param("input", default)``, and
+the command line sets it, either as ``--param input=data.csv`` (``-p``, repeatable) or after ``--``
+as ordinary options: ``epic run topo.py -- --input data.csv --delays``. Dashes in names become
+underscores (``--referee-events`` sets ``referee_events``); a bare flag means ``true``. Passing a
+parameter the topology never reads is an error, so typos do not go unnoticed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from .errors import EpicError, TopologyError
+from .topology import Topology, param_scope
+
+__all__ = ["app", "load_topology", "parse_params"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="epic: continuous queries over streams. `epic run topology.py` runs one "
+                       "in this process.")
+
+_err = Console(stderr=True)
+
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def parse_params(pairs: List[str] | None, extra: List[str] | None) -> dict[str, str]:
+    """Parameters from ``--param k=v`` items and ``-- --k v`` extra arguments.
+
+    >>> parse_params(["input=a.csv"], ["--out", "o", "--delays", "--n=3"])
+    {'input': 'a.csv', 'out': 'o', 'delays': 'true', 'n': '3'}
+    """
+    out: dict[str, str] = {}
+    for item in pairs or []:
+        if "=" not in item:
+            raise TopologyError(f"--param {item!r}: write key=value, e.g. --param input=data.csv")
+        k, v = item.split("=", 1)
+        out[k.strip().replace("-", "_")] = v
+    args = list(extra or [])
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("--") or a == "--":
+            if a == "--":
+                i += 1
+                continue
+            raise TopologyError(f"unexpected argument {a!r}: topology parameters are given as "
+                                "--name value after `--`, or as --param name=value")
+        key = a[2:]
+        if "=" in key:
+            key, val = key.split("=", 1)
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            val = args[i + 1]
+            i += 1
+        else:
+            val = "true"
+        out[key.replace("-", "_")] = val
+        i += 1
+    return out
+
+
+def load_topology(path: str | os.PathLike, name: str | None = None,
+                  params: dict[str, str] | None = None) -> Topology:
+    """Import a topology file and return its topology (see the module docstring)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TopologyError(f"{path}: no such topology file")
+    mod_name = f"epic_topology_{path.stem.replace('-', '_')}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        with param_scope(params or {}) as scope:
+            spec.loader.exec_module(module)
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+    unknown = sorted(set(params or {}) - scope.used)
+    if unknown:
+        known = ", ".join(sorted(scope.used)) or "none"
+        raise TopologyError(f"{path}: unknown parameter(s) {', '.join(unknown)}; the topology "
+                            f"reads: {known}")
+    found = {k: v for k, v in vars(module).items() if isinstance(v, Topology)}
+    if name is not None:
+        for var, t in found.items():
+            if name in (var, t.name):
+                return t
+        raise TopologyError(f"{path}: no topology named {name!r}; found: "
+                            f"{', '.join(f'{v} ({t.name})' for v, t in found.items()) or 'none'}")
+    unique = {id(t): t for t in found.values()}
+    if not unique:
+        raise TopologyError(f"{path}: no module-level epic.Topology found; build one at module "
+                            "level, e.g. `topology = epic.Topology('name')`")
+    if len(unique) > 1:
+        raise TopologyError(f"{path}: several topologies ({', '.join(found)}); choose one with "
+                            "--name")
+    return next(iter(unique.values()))
+
+
+def _fail(exc: Exception) -> None:
+    _err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, markup=True,
+               soft_wrap=True)
+    raise typer.Exit(code=1)
+
+
+def _load(ctx: typer.Context, topology: Path, name, params) -> Topology:
+    return load_topology(topology, name, parse_params(params, ctx.args))
+
+
+TopologyArg = typer.Argument(..., help="A Python file building a module-level epic.Topology.",
+                             exists=False)
+NameOpt = typer.Option(None, "--name", "-n", help="Which topology, if the file has several.")
+ParamOpt = typer.Option(None, "--param", "-p", help="Topology parameter key=value (repeatable).")
+
+
+@app.command(context_settings=_EXTRA)
+def run(ctx: typer.Context,
+        topology: Path = TopologyArg,
+        name: Optional[str] = NameOpt,
+        param: Optional[List[str]] = ParamOpt,
+        progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+                                                help="Live progress (default: on a terminal)."),
+        summary: bool = typer.Option(True, "--summary/--no-summary",
+                                     help="Print a per-node summary at the end."),
+        stats: Optional[Path] = typer.Option(None, "--stats",
+                                             help="Write run counters as JSON here."),
+        graph: Optional[Path] = typer.Option(None, "--graph",
+                                             help="Draw the graph with measured edge widths.")):
+    """Run a topology in this process, deterministically (the reference result).
+
+    Extra options after `--` are topology parameters: epic run topo.py -- --input data.csv
+    """
+    from .runner import run as run_topology
+
+    try:
+        t = _load(ctx, topology, name, param)
+        for w in t.validate(warn=False):
+            _err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        show = sys.stderr.isatty() if progress is None else progress
+        result = run_topology(t, progress=show, summary=summary, console=_err, validate=False)
+        if stats is not None:
+            stats.parent.mkdir(parents=True, exist_ok=True)
+            stats.write_text(result.to_json())
+        if graph is not None:
+            from .graph_render import render
+            _, msg = render(t, graph, result.edges)
+            _err.print(msg, highlight=False)
+    except EpicError as exc:
+        _fail(exc)
+
+
+@app.command(context_settings=_EXTRA)
+def validate(ctx: typer.Context,
+             topology: Path = TopologyArg,
+             name: Optional[str] = NameOpt,
+             param: Optional[List[str]] = ParamOpt):
+    """Build and check a topology without running it; list its nodes and streams."""
+    try:
+        t = _load(ctx, topology, name, param)
+        warnings_ = t.validate(warn=False)
+    except EpicError as exc:
+        _fail(exc)
+    for n in t.topological_order():
+        outs = "; ".join(f"{s.name}: [{', '.join(s.columns)}] time={s.time} ({s.unit})"
+                         + ("" if s.bounded else " unbounded") for s in n.outputs)
+        typer.echo(f"{n.name:<24} {n.kind:<12} {outs or '-'}")
+    for w in warnings_:
+        _err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    typer.echo(f"ok: topology {t.name!r}, {len(t.nodes)} nodes, "
+               f"{sum(len(n.outputs) for n in t.nodes.values())} streams, "
+               f"{len(warnings_)} warning(s)")
+
+
+@app.command(context_settings=_EXTRA)
+def graph(ctx: typer.Context,
+          topology: Path = TopologyArg,
+          output: Path = typer.Option(Path("graph.svg"), "--output", "-o",
+                                      help=".svg/.png/.pdf (needs Graphviz dot) or .dot"),
+          name: Optional[str] = NameOpt,
+          param: Optional[List[str]] = ParamOpt,
+          stats: Optional[Path] = typer.Option(None, "--stats",
+                                               help="Counters from `epic run --stats` for "
+                                                    "edge widths."),
+          measure: bool = typer.Option(False, "--run",
+                                       help="Run the topology first; widths follow row counts.")):
+    """Draw the dataflow: nodes, streams, split fan-outs (Graphviz DOT)."""
+    import json
+
+    from .graph_render import render
+
+    try:
+        t = _load(ctx, topology, name, param)
+        t.validate(warn=False)
+        counts = None
+        if stats is not None:
+            counts = json.loads(stats.read_text())["edges"]
+        elif measure:
+            from .runner import run as run_topology
+            counts = run_topology(t, validate=False).edges
+        _, msg = render(t, output, counts)
+    except EpicError as exc:
+        _fail(exc)
+    typer.echo(msg)
+
+
+# -- topics ------------------------------------------------------------------------------------
+topics_app = typer.Typer(no_args_is_help=True, help="Inspect Arrow topic directories.")
+app.add_typer(topics_app, name="topics")
+
+
+@topics_app.command("ls")
+def topics_ls(directory: Path = typer.Argument(..., help="A topic directory.")):
+    """List a topic's visible segments."""
+    from . import topics
+    try:
+        typer.echo(topics.format_ls(topics.ls(directory)))
+    except EpicError as exc:
+        _fail(exc)
+
+
+@topics_app.command("tail")
+def topics_tail(directory: Path = typer.Argument(..., help="A topic directory."),
+                rows: int = typer.Option(10, "--rows", "-n", help="How many rows.")):
+    """Print a topic's last rows."""
+    from . import topics
+    try:
+        typer.echo(topics.format_tail(topics.tail(directory, rows)))
+    except EpicError as exc:
+        _fail(exc)
+
+
+@topics_app.command("stat")
+def topics_stat(directory: Path = typer.Argument(..., help="A topic directory.")):
+    """Summarise a topic: schema, segments, rows, watermark, consumers."""
+    from . import topics
+    try:
+        typer.echo(topics.format_stat(topics.stat(directory)))
+    except EpicError as exc:
+        _fail(exc)
+
+
+# ==============================================================================================
+# Spark runtime commands: `deploy`, `status`, `stop` are added below by the Spark runtime
+# (issue 4), using load_topology() and parse_params() above for the same topology discovery and
+# parameters as `epic run`. Keep pyspark imports inside those command functions.
+# ==============================================================================================
+
+
+def main() -> None:  # pragma: no cover - the console script
+    app()
