@@ -23,6 +23,7 @@ Count windows apply the same rule to element positions (per key, from 0).
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -554,8 +555,8 @@ class _Key:
     lo: int  # absolute position: elements before it were removed (remove-mode aggregates)
     states: list  # per aggregate: its state (None for pane-mode aggregates)
     panes: list  # per aggregate: a _TwoStacks of pane partials (pane mode) or None
-    seg_starts: list  # start time of each non-empty segment between boundaries, oldest first
-    seg_counts: list  # elements in each of those segments
+    seg_starts: deque  # start time of each non-empty segment between boundaries, oldest first
+    seg_counts: deque  # elements in each of those segments
     in_window: int  # elements in the window being formed
     entry: int  # newest arrival time among added elements (delay logging)
     last_time: int  # event time of the newest added element
@@ -707,7 +708,7 @@ class WindowOperator:
                     for a, m in zip(self.aggs, self.modes)],
             panes=[_TwoStacks(a.aggregate) if m == "pane" else None
                    for a, m in zip(self.aggs, self.modes)],
-            seg_starts=[], seg_counts=[], in_window=0, entry=0, last_time=0, seen=0,
+            seg_starts=deque(), seg_counts=deque(), in_window=0, entry=0, last_time=0, seen=0,
             key_order=len(self._key_state),
         )
 
@@ -813,14 +814,17 @@ class WindowOperator:
         """Drop everything before window start ``s``."""
         if self.grid.L is None:
             return
-        while ks.seg_starts and ks.seg_starts[0] < s:
-            ks.seg_starts.pop(0)
-            ks.in_window -= ks.seg_counts.pop(0)
+        starts, counts = ks.seg_starts, ks.seg_counts
+        while starts and starts[0] < s:
+            starts.popleft()
+            ks.in_window -= counts.popleft()
             for p in ks.panes:
                 if p is not None:
                     p.pop()
         if self.any_remove:
-            lo_new = min(ks.buf.search(s, ks.lo), ks.hi)
+            # window starts are segment boundaries, so the window is exactly the newest
+            # ``in_window`` added elements: no search needed
+            lo_new = ks.hi - ks.in_window
             if lo_new > ks.lo:
                 t, cols = ks.buf.slice(ks.lo, lo_new)
                 for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
@@ -870,7 +874,7 @@ class WindowOperator:
                 list(key_value) if isinstance(key_value, tuple) else key_value,
                 ks.origin, ks.done, ks.buf.to_state(), ks.hi, ks.lo, ks.states,
                 [p.to_state() if p is not None else None for p in ks.panes],
-                ks.seg_starts, ks.seg_counts, ks.in_window, ks.entry, ks.last_time, ks.seen,
+                list(ks.seg_starts), list(ks.seg_counts), ks.in_window, ks.entry, ks.last_time, ks.seen,
                 ks.key_order,
             ])
         return serde.packb({
@@ -894,7 +898,7 @@ class WindowOperator:
                 states=states,
                 panes=[_TwoStacks.from_state(a.aggregate, p) if p is not None else None
                        for a, p in zip(self.aggs, panes)],
-                seg_starts=sstarts, seg_counts=scounts, in_window=inw, entry=entry,
+                seg_starts=deque(sstarts), seg_counts=deque(scounts), in_window=inw, entry=entry,
                 last_time=last, seen=seen, key_order=order,
             )
 
