@@ -39,6 +39,14 @@ Ground truth (``<game>.truth.json``) is computed from the very samples that are 
 planted *hit* only if, at the ball sample of peak acceleration, ``|a| >= 55 m/s²`` and the latest
 sample of one of the player's shoe sensors is within 1 m (3D). See :func:`generate_game`.
 
+Simplified on purpose: no sensor noise or drop-outs on body sensors (noise would break the exact
+finite-difference consistency); shoe offsets are fixed in the world frame (no gait, no heading);
+spare balls lie still (v = a = 0) and never swap with the game ball; every interruption is a ball
+out of play (or a goal) followed by a restart; shots are ground shots (no gravity in the
+projection matters); goalkeepers save with the feet; the ball is moved back into the field along
+a smooth path without a carrier. Measured: the full game (49,579,492 rows, 3.3 GB) in 45 s wall on
+this 2-core machine at ~420 MB peak memory.
+
 Example:
     >>> from debs2013.generator import generate_game
     >>> result = generate_game("/tmp/game.csv", minutes=1, seed=7)   # doctest: +SKIP
