@@ -105,6 +105,12 @@ def processor(*, init: Callable[[Any], Any] | None = None,
     return _FunctionProcessor(init, on_element, on_timer, on_end, on_batch)
 
 
+def _default_on_batch(p: Processor) -> bool:
+    if isinstance(p, _FunctionProcessor):
+        return p._f[4] is None
+    return type(p).on_batch is Processor.on_batch
+
+
 class Context:
     """What a hook may do besides returning the state."""
 
@@ -243,8 +249,13 @@ class ProcessOperator:
             if e > self._key_entry.get(k, 0):
                 self._key_entry[k] = e
         # key groups in order of first appearance; rows of a key in input order
+        per_element = _default_on_batch(self.processor)
         for k, krows in groups.items():
-            self._call("on_batch", k, krows)
+            if per_element:
+                for r in krows:
+                    self._call("on_element", k, r)
+            else:
+                self._call("on_batch", k, krows)
         return self._flush()
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:

@@ -1,0 +1,100 @@
+"""Time-ordered merge: order, ties, a late input, an idle input, snapshots."""
+
+import pyarrow as pa
+import pytest
+
+import epic
+from epic.errors import EpicError
+from epic.merge import MergeOperator
+
+SCH = pa.schema([("ts", pa.int64()), ("src", pa.string())])
+
+
+def batch(ts, src):
+    return pa.RecordBatch.from_pylist([{"ts": t, "src": src} for t in ts], schema=SCH)
+
+
+def rows(outs):
+    return [(r["ts"], r["src"]) for b in outs for r in b.to_pylist()]
+
+
+def test_sort_merge_with_deterministic_ties():
+    """Rows come out by time, then input index, then arrival order."""
+    m = MergeOperator(2, SCH, "ts")
+    out = m.on_batch(batch([1, 4, 4], "b"), input=1)
+    out += m.on_batch(batch([0, 4, 7], "a"), input=0)
+    out += m.on_watermark(7, input=0) + m.on_watermark(9, input=1)
+    out += m.on_end()
+    assert rows(out) == [(0, "a"), (1, "b"), (4, "a"), (4, "b"), (4, "b"), (7, "a")]
+
+
+def test_quiet_input_blocks_until_its_watermark_arrives():
+    """Without idle_after, a silent input holds the output back until its heartbeat."""
+    m = MergeOperator(2, SCH, "ts")
+    assert m.on_batch(batch([1, 2, 3], "a"), input=0) == []
+    assert m.on_watermark(3, input=0) == []
+    out = m.on_watermark(100, input=1)  # a heartbeat: no data below 100 on input 1
+    assert rows(out) == [(1, "a"), (2, "a")]
+    assert m.watermark == 3
+
+
+def test_idle_input_does_not_block_and_its_late_rows_are_counted():
+    """An idle input stops holding the frontier; its rows behind it are late, emitted, counted."""
+    m = MergeOperator(2, SCH, "ts", idle_after=10)
+    out = m.on_batch(batch([1, 5, 20], "a"), input=0)
+    out += m.on_watermark(20, input=0)  # input 1 never spoke: idle
+    assert rows(out) == [(1, "a"), (5, "a")]
+    late = m.on_batch(batch([3, 25], "b"), input=1)  # 3 is behind the emitted frontier 20
+    assert rows(late) == [(3, "b")]
+    assert m.late_rows == 1
+    out = m.on_watermark(25, input=1) + m.on_watermark(30, input=0)
+    assert rows(out) == [(20, "a")]  # 25 waits: input 1 may still send more rows at 25
+    assert rows(m.on_end()) == [(25, "b")]
+
+
+def test_late_policy_drop_and_error():
+    """late='drop' drops and counts; late='error' refuses with a fix."""
+    m = MergeOperator(2, SCH, "ts", idle_after=0, late="drop")
+    m.on_watermark(10, input=0)
+    m.on_watermark(10, input=1)
+    assert m.on_batch(batch([5], "a"), input=0) == [] and m.late_rows == 1
+    e = MergeOperator(1, SCH, "ts", late="error")
+    e.on_watermark(10, input=0)
+    with pytest.raises(EpicError, match="older than 10.*idle_after"):
+        e.on_batch(batch([5], "a"), input=0)
+
+
+def test_snapshot_restore_mid_stream():
+    """A restored merge continues exactly as the original."""
+    m = MergeOperator(2, SCH, "ts")
+    m.on_batch(batch([5, 1], "a"), input=0)
+    m.on_batch(batch([2], "b"), input=1)
+    m.on_watermark(3, input=0)
+    m2 = MergeOperator(2, SCH, "ts")
+    m2.restore(m.snapshot())
+    a = m.on_watermark(9, input=1) + m.on_end()
+    b = m2.on_watermark(9, input=1) + m2.on_end()
+    assert rows(a) == rows(b) == [(1, "a"), (2, "b"), (5, "a")]
+
+
+def test_merge_in_a_topology_with_a_late_starting_and_an_early_ending_input():
+    """Through the runner: sources of different speeds merge into one time order."""
+    t = epic.Topology("m")
+    sch = {"ts": "int64", "src": "string"}
+    fast = t.source("fast", epic.iterator_source(
+        [{"ts": i, "src": "fast"} for i in range(0, 1000, 3)], schema=sch, time="ts", unit="ms",
+        batch_rows=7))
+    referee = t.source("referee", epic.iterator_source(  # few rows, ends early
+        [{"ts": 10, "src": "ref"}, {"ts": 500, "src": "ref"}], schema=sch, time="ts", unit="ms",
+        batch_rows=1))
+    late_start = t.source("late", epic.iterator_source(
+        [{"ts": 900 + i, "src": "late"} for i in range(50)], schema=sch, time="ts", unit="ms",
+        batch_rows=10))
+    m = t.merge("merged", [fast, referee, late_start])
+    t.sink("out", m, epic.collect_sink())
+    res = epic.run(t)
+    got = res.collected["out"].to_pylist()
+    keys = [(r["ts"], ["fast", "ref", "late"].index(r["src"])) for r in got]
+    assert keys == sorted(keys)
+    assert len(got) == 334 + 2 + 50
+    assert res.nodes["merged"].late_rows == 0

@@ -1,0 +1,213 @@
+"""splitstream: row form vs vectorised form (property test), built-ins, combine."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import epic
+from epic.operator import ENTRY_COLUMN
+from epic.split import (CombineOperator, SplitOperator, as_query, combine, hash_partition,
+                        pairs_split, round_robin, stable_hash, vector_split)
+
+SCHEMA = pa.schema([("sid", pa.int64()), ("ts", pa.int64()), ("v", pa.float64())])
+
+
+def rows_strategy():
+    row = st.fixed_dictionaries({
+        "sid": st.integers(0, 20),
+        "ts": st.integers(0, 2**62),
+        "v": st.floats(-1e6, 1e6, allow_nan=False),
+    })
+    return st.lists(row, max_size=60)
+
+
+def run_split(query, n, batches, schemas=None, schema=SCHEMA):
+    op = SplitOperator(query, n, schema, schemas or [schema] * n)
+    outs = [[] for _ in range(n)]
+    for b in batches:
+        for i, bl in enumerate(op.split(b)):
+            outs[i].extend(bl)
+    return [pa.Table.from_batches(o, schema=(schemas or [schema] * n)[i]).to_pylist()
+            for i, o in enumerate(outs)]
+
+
+def to_batches(rows, cut):
+    b = pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    cut = min(cut, len(rows))
+    return [b.slice(0, cut), b.slice(cut)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=rows_strategy(), n=st.integers(1, 4), cut=st.integers(0, 60),
+       thresholds=st.lists(st.integers(0, 20), min_size=4, max_size=4),
+       modes=st.lists(st.sampled_from(["all", "none", "mask"]), min_size=4, max_size=4))
+def test_row_and_vectorised_forms_agree(rows, n, cut, thresholds, modes):
+    """For random data, routes and batch cuts, the per-row query equals the vectorised one."""
+
+    def row_query(i, ev):
+        m = modes[i]
+        return m == "all" or (m == "mask" and ev["sid"] < thresholds[i])
+
+    def vec_query(i, b):
+        m = modes[i]
+        if m == "all":
+            return True
+        if m == "none":
+            return False
+        return pc.less(b["sid"], thresholds[i])
+
+    batches = to_batches(rows, cut)
+    assert run_split(row_query, n, batches) == run_split(vector_split(vec_query), n, batches)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=rows_strategy(), cut=st.integers(0, 60), k=st.integers(0, 20))
+def test_row_transform_equals_vectorised_projection(rows, cut, k):
+    """Transforming tuples per row equals a mask plus a column projection per output."""
+    proj = pa.schema([("ts", pa.int64()), ("sid", pa.int64())])
+
+    def row_query(i, ev):
+        if i == 0:
+            return ev["sid"] >= k and {"ts": ev["ts"], "sid": ev["sid"]}
+        return True
+
+    vec = vector_split(lambda i, b: pc.greater_equal(b["sid"], k) if i == 0 else True,
+                       project=[["ts", "sid"], None])
+    batches = to_batches(rows, cut)
+    assert run_split(row_query, 2, batches, [proj, SCHEMA]) == \
+        run_split(vec, 2, batches, [proj, SCHEMA])
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows=rows_strategy(), n=st.integers(1, 5), cut=st.integers(0, 60))
+def test_pairs_form_equals_row_form(rows, n, cut):
+    """The (i, tuple') pairs form gives the same outputs as the per-output form."""
+    batches = to_batches(rows, cut)
+    by_row = run_split(lambda i, ev: ev["sid"] % n == i, n, batches)
+    by_pairs = run_split(pairs_split(lambda ev: [(ev["sid"] % n, True)]), n, batches)
+    assert by_row == by_pairs
+
+
+def test_listing_1_reads_as_in_the_paper():
+    """EPIC Listing 1: (i = 0 and is_player(ev)) or (i = 1) or (i = 2 and is_player(ev))."""
+    def is_player(ev):
+        return ev["sid"] < 10
+
+    t = epic.Topology("listing1")
+    ev = t.source("ev", epic.iterator_source(
+        [{"sid": s, "ts": i, "v": 0.0} for i, s in enumerate([1, 50, 3, 99])],
+        schema=SCHEMA, time="ts", unit="ps"))
+    q1, q2, q3 = t.splitstream("split", ev, 3, lambda i, ev: (
+        (i == 0 and is_player(ev)) or (i == 1) or (i == 2 and is_player(ev))))
+    for name, s in (("q1", q1), ("q2", q2), ("q3", q3)):
+        t.sink(name, s, epic.collect_sink())
+    got = epic.run(t).collected
+    assert got["q1"].column("sid").to_pylist() == [1, 3]
+    assert got["q2"].column("sid").to_pylist() == [1, 50, 3, 99]
+    assert got["q3"].column("sid").to_pylist() == [1, 3]
+
+
+def test_broadcast_hash_and_round_robin():
+    """Built-ins: broadcast copies, hash keeps keys together, round robin deals in turn."""
+    b = pa.RecordBatch.from_pylist([{"sid": i % 5, "ts": i, "v": 0.0} for i in range(20)],
+                                   schema=SCHEMA)
+    assert [len(o) for o in run_split(epic.broadcast(), 3, [b])] == [20, 20, 20]
+    parts = run_split(hash_partition("sid"), 3, [b])
+    assert sum(len(p) for p in parts) == 20
+    owners = {}
+    for i, p in enumerate(parts):
+        for r in p:
+            assert owners.setdefault(r["sid"], i) == i
+    rr = run_split(round_robin(), 3, [b.slice(0, 7), b.slice(7)])
+    assert [[r["ts"] for r in p] for p in rr] == [list(range(k, 20, 3)) for k in range(3)]
+
+
+def test_stable_hash_is_stable_and_handles_strings():
+    """The partition hash does not depend on the process (no Python hash randomisation)."""
+    import subprocess
+    import sys
+    b = pa.record_batch([pa.array(["a", "b", "a"]), pa.array([1, 2, 1])], names=["s", "k"])
+    h = stable_hash(b, ["s", "k"])
+    assert h[0] == h[2] and h[0] != h[1]
+    code = ("import pyarrow as pa; from epic.split import stable_hash; "
+            "print(stable_hash(pa.record_batch([pa.array(['a', 'b', 'a']), pa.array([1, 2, 1])],"
+            " names=['s', 'k']), ['s', 'k']).tolist())")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={"PYTHONHASHSEED": "123"})
+    assert other.stdout.strip() == str(h.tolist())
+
+
+def test_round_robin_position_survives_snapshot():
+    """The round-robin counter is operator state and is restored from a snapshot."""
+    b = pa.RecordBatch.from_pylist([{"sid": 0, "ts": i, "v": 0.0} for i in range(2)],
+                                   schema=SCHEMA)
+    op = SplitOperator(round_robin(), 3, SCHEMA, [SCHEMA] * 3)
+    op.split(b)
+    op3 = SplitOperator(round_robin(), 3, SCHEMA, [SCHEMA] * 3)
+    op3.restore(op.snapshot())
+    # rows 0, 1 went to outputs 0, 1; the next two go to outputs 2 and 0
+    assert [sum(bb.num_rows for bb in x) for x in op3.split(b)] == [1, 0, 1]
+
+
+def test_entry_column_travels_with_rows():
+    """Delay logging: each routed row keeps its own arrival time."""
+    sch = SCHEMA.append(pa.field(ENTRY_COLUMN, pa.int64()))
+    b = pa.RecordBatch.from_pylist([{"sid": i, "ts": i, "v": 0.0, ENTRY_COLUMN: 100 + i}
+                                    for i in range(4)], schema=sch)
+    for q in (lambda i, ev: ev["sid"] % 2 == i, vector_split(
+            lambda i, bb: pc.equal(pc.bit_wise_and(bb["sid"], 1), i))):
+        outs = run_split(q, 2, [b], schema=sch, schemas=[sch, sch])
+        assert [[r[ENTRY_COLUMN] for r in o] for o in outs] == [[100, 102], [101, 103]]
+
+
+def test_as_query_dispatches_on_arity():
+    """Two parameters: per-output form; one parameter: pairs form."""
+    assert type(as_query(lambda i, r: True)).__name__ == "RowQuery"
+    assert type(as_query(lambda r: [])).__name__ == "PairsQuery"
+
+
+def test_combine_waits_for_the_watermark_and_merges_partials():
+    """Partial results are combined per group once the watermark passes their time."""
+    sch = pa.schema([("k", pa.int64()), ("window_end", pa.int64()), ("n", pa.int64()),
+                     ("hi", pa.float64())])
+    op = CombineOperator(combine(n="sum", hi="max"), sch, "window_end")
+    assert op.on_batch(pa.RecordBatch.from_pylist(
+        [{"k": 1, "window_end": 10, "n": 2, "hi": 3.0}, {"k": 2, "window_end": 10, "n": 1,
+                                                          "hi": 1.0}], schema=sch)) == []
+    op.on_batch(pa.RecordBatch.from_pylist([{"k": 1, "window_end": 10, "n": 5, "hi": 9.0},
+                                            {"k": 1, "window_end": 20, "n": 1, "hi": 0.0}],
+                                           schema=sch))
+    assert op.on_watermark(10) == []
+    out = op.on_watermark(11)[0].to_pylist()
+    assert out == [{"k": 1, "window_end": 10, "n": 7, "hi": 9.0},
+                   {"k": 2, "window_end": 10, "n": 1, "hi": 1.0}]
+    op2 = CombineOperator(combine(n="sum", hi="max"), sch, "window_end")
+    op2.restore(op.snapshot())
+    assert op2.on_end()[0].to_pylist() == [{"k": 1, "window_end": 20, "n": 1, "hi": 0.0}]
+
+
+def test_parallel_round_robin_with_combine_equals_single_window():
+    """n replicas + merge + combine give what one window node gives."""
+    rng = np.random.default_rng(3)
+    rows = [{"sid": int(rng.integers(0, 6)), "ts": i, "v": float(rng.integers(0, 100))}
+            for i in range(3000)]
+
+    def build(parallel):
+        t = epic.Topology("p")
+        s = t.source("s", epic.iterator_source(rows, schema=SCHEMA, time="ts", unit="ms",
+                                               batch_rows=256))
+        aggs = [epic.count("n"), epic.max("v", name="hi")]
+        spec = epic.few_time(0.1, 0.1, 0.05, origin=0)
+        if parallel:
+            out = t.parallel("par", s, 3, lambda t, p, i: t.window("w", p, spec, key="sid",
+                                                                   aggregates=aggs),
+                             reduce=combine(n="sum", hi="max"))
+        else:
+            out = t.window("w", s, spec, key="sid", aggregates=aggs)
+        t.sink("out", out, epic.collect_sink())
+        tab = epic.run(t).collected["out"]
+        return sorted(tuple(r.values()) for r in tab.to_pylist())
+
+    assert build(True) == build(False)
