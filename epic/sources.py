@@ -371,8 +371,10 @@ class IteratorSource(Source):
 
 
 def _is_columns(item: Mapping) -> bool:
-    return any(isinstance(v, (list, tuple, pa.Array)) or hasattr(v, "__array__")
-               for v in item.values())
+    """A ``{column: values}`` dict (every value a sequence or array), not a row."""
+    return bool(item) and all(
+        isinstance(v, (list, tuple, pa.Array, pa.ChunkedArray)) or
+        (hasattr(v, "__array__") and getattr(v, "ndim", 1) >= 1) for v in item.values())
 
 
 def _to_batches(item, schema: pa.Schema) -> list[pa.RecordBatch]:

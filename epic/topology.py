@@ -317,6 +317,7 @@ class SourceNode(Node):
 
     source: Any = None
     delay_logging: bool = False
+    owner: int = field(default=0, repr=False, compare=False)
     kind: ClassVar[str] = "source"
 
     def _outputs(self):
@@ -332,11 +333,7 @@ class SourceNode(Node):
                        "rename that column")
         _check_time(self.name, schema, src.time, src.unit, "source.time")
         return [Stream(self.name, -1, _with_entry(schema, self.delay_logging), src.time, src.unit,
-                       src.bounded, self._owner)]
-
-    @property
-    def _owner(self) -> int:
-        return getattr(self, "_owner_id", 0)
+                       src.bounded, self.owner)]
 
     def describe(self) -> str:
         return self.source.describe()
@@ -864,9 +861,7 @@ class Topology:
         if name in self._nodes:
             raise _err(name, "name", "a node with this name already exists",
                        "give every node a unique name")
-        node = SourceNode.__new__(SourceNode)
-        object.__setattr__(node, "_owner_id", id(self))
-        node.__init__(name, (), source, self.delay_logging)
+        node = SourceNode(name, (), source, self.delay_logging, id(self))
         self._nodes[name] = node
         return node.output
 
@@ -1271,9 +1266,8 @@ class _Stateless:
     def _conform(self, result, fn_name: str, entry=None) -> pa.RecordBatch:
         """Result of a vectorised function as a batch of the output schema."""
         if isinstance(result, pa.Table):
-            result = result.combine_chunks().to_batches()
-            result = result[0] if result else _empty(result and result[0].schema or
-                                                      self.user_schema)
+            batches = result.combine_chunks().to_batches()
+            result = batches[0] if batches else _empty(result.schema)
         elif isinstance(result, Mapping):
             result = pa.RecordBatch.from_pydict(dict(result))
         if not isinstance(result, pa.RecordBatch):

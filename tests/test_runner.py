@@ -194,3 +194,31 @@ def test_progress_and_summary_render(tmp_path):
     assert "rows in" in text and "rows/s" in text
     assert res.nodes["s"].rows_out == 200 and res.edges["s"] == 200
     assert '"edges"' in res.to_json()
+
+
+def test_followed_topic_is_unbounded_and_stops_at_end_of_stream(tmp_path):
+    """topic_source(follow=True) is unbounded; it reads until the end-of-stream marker."""
+    from epic.topics import Topic
+    topic = Topic.create(tmp_path / "t", pa.schema([("ts", pa.int64())]), time_column="ts",
+                         time_unit="ms")
+    topic.append([pa.record_batch([[1, 2]], names=["ts"])], producer="p", batch_id=0)
+    topic.append_marker(producer="p", batch_id=1, watermark=3, eos=True)
+    t = epic.Topology("follow")
+    s = t.source("s", epic.topic_source(tmp_path / "t", follow=True))
+    assert s.bounded is False
+    t.sink("out", s, epic.collect_sink())
+    assert epic.run(t).collected["out"].column("ts").to_pylist() == [1, 2]
+
+
+def test_iterator_source_accepts_rows_columns_and_batches():
+    """Row dicts, column dicts and batches may be mixed; order is kept."""
+    def gen():
+        yield {"sid": 0, "ts": 0, "v": 0.5}
+        yield {"sid": [1, 1], "ts": [1, 2], "v": [1.5, 2.5]}
+        yield pa.RecordBatch.from_pylist([{"sid": 2, "ts": 3, "v": 3.5}])
+    t = epic.Topology("it")
+    s = t.source("s", epic.iterator_source(gen, schema=SCH, time="ts", unit="s"))
+    t.sink("out", s, epic.collect_sink())
+    assert epic.run(t).collected["out"].column("ts").to_pylist() == [0, 1, 2, 3]
+    with pytest.raises(epic.SpecError, match="one-shot iterator"):
+        epic.iterator_source(gen(), schema=SCH, time="ts", unit="s")
