@@ -21,7 +21,6 @@ The wall clock is injected (``clock``) and used only for the delay-logging stamp
 from __future__ import annotations
 
 import json
-import sys
 import time as _time
 from dataclasses import dataclass, field
 from typing import Callable

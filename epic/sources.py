@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time as _time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa

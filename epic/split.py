@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np

@@ -25,7 +25,6 @@ Arrow code each.
 
 from __future__ import annotations
 
-import inspect
 import re
 import warnings
 from contextvars import ContextVar
