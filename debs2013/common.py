@@ -1,0 +1,152 @@
+"""What every DEBS query operator shares: the game stream's schema, the roster, small helpers.
+
+**The game stream** (:data:`GAME_SCHEMA`) is the input of every query front end: the sensor
+columns of :data:`debs2013.readers.SENSOR_SCHEMA` plus ``marker`` (int8), merged by ``ts``:
+
+* ``marker = 0`` (:data:`SENSOR`): a sensor row;
+* ``marker = 1`` (:data:`STOP`): a referee "Game Interruption Begin" at ``ts``; the game is stopped;
+* ``marker = 2`` (:data:`RESUME`): a "Game Interruption End"; the game runs again.
+
+Marker rows carry ``sid = -1`` and zeros elsewhere (:func:`marker_batch` builds them). A batch
+without a ``marker`` column is all sensor rows, so the plain sensor stream is valid input too.
+Rows must come in non-decreasing ``ts`` order (the merge guarantees it); the front ends accept any
+cut of the stream into batches and give identical output.
+
+**Time convention** shared by the front ends: the state *at* time ``t`` reflects every row with
+``ts < t``. So once a row with ``ts >= t`` has arrived, time ``t`` is settled, whatever batch the
+remaining rows at ``ts == t`` come in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from debs2013 import constants as C
+from debs2013.readers import SENSOR_SCHEMA, GameMetadata
+from epic.errors import SpecError
+
+__all__ = ["GAME_SCHEMA", "SENSOR", "STOP", "RESUME", "Roster", "marker_batch",
+           "with_markers", "column", "floor_grid"]
+
+SENSOR, STOP, RESUME = 0, 1, 2
+
+GAME_SCHEMA = pa.schema(list(SENSOR_SCHEMA) + [pa.field("marker", pa.int8(), nullable=False)],
+                        metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
+
+_MAX_SID = 4096
+
+
+def marker_batch(ts, kinds) -> pa.RecordBatch:
+    """Marker rows of :data:`GAME_SCHEMA`: ``kinds`` are :data:`STOP` / :data:`RESUME` (or the
+    strings ``"begin"`` / ``"end"`` of :class:`debs2013.readers.InterruptionMarker`)."""
+    ts = np.asarray(ts, dtype=np.int64)
+    k = np.array([STOP if v in (STOP, "begin") else RESUME for v in kinds], dtype=np.int8)
+    n = len(ts)
+    cols = []
+    for f in GAME_SCHEMA:
+        if f.name == "ts":
+            cols.append(pa.array(ts, pa.int64()))
+        elif f.name == "marker":
+            cols.append(pa.array(k, pa.int8()))
+        elif f.name == "sid":
+            cols.append(pa.array(np.full(n, -1, np.int32), f.type))
+        else:
+            cols.append(pa.array(np.zeros(n, dtype=f.type.to_pandas_dtype()), f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=GAME_SCHEMA)
+
+
+def with_markers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A sensor batch as a :data:`GAME_SCHEMA` batch (``marker = 0``)."""
+    if "marker" in batch.schema.names:
+        return batch
+    return pa.RecordBatch.from_arrays(
+        [batch.column(n) for n in SENSOR_SCHEMA.names] + [pa.array(np.zeros(batch.num_rows,
+                                                                            np.int8))],
+        schema=GAME_SCHEMA)
+
+
+def column(batch: pa.RecordBatch, name: str, dtype=None) -> np.ndarray:
+    """A column as numpy (int64 by default for integer columns)."""
+    arr = batch.column(batch.schema.get_field_index(name)).to_numpy(zero_copy_only=False)
+    return arr.astype(dtype or np.int64, copy=False)
+
+
+def floor_grid(t, origin: int, period: int):
+    """The grid point ``origin + m*period`` at or before ``t`` (ints or int64 arrays)."""
+    return origin + ((t - origin) // period) * period
+
+
+@dataclass(frozen=True)
+class Roster:
+    """Sensor -> player lookup as numpy tables (built once per operator).
+
+    Attributes:
+        names: player names, team A first (the metadata order); the index is the player number.
+        teams: the team (``"A"`` / ``"B"``) of each player.
+        player_of: ``sid -> player number`` (-1: not a player sensor); shoes and hands.
+        slot_of: ``sid -> 0`` (left shoe), 1 (right shoe), 2 / 3 (left / right hand), -1.
+        balls: every ball sensor id.
+        goalkeepers: the goalkeeper's player number of team A and of team B.
+    """
+
+    names: tuple[str, ...]
+    teams: tuple[str, ...]
+    player_of: np.ndarray
+    slot_of: np.ndarray
+    balls: tuple[int, ...]
+    goalkeepers: tuple[int, int]
+
+    @classmethod
+    def from_metadata(cls, metadata: GameMetadata | None = None) -> "Roster":
+        """From a parsed metadata file, or the spec's table (:data:`METADATA_TABLE`) if None."""
+        if metadata is None:
+            rows = [r for r in C.METADATA_TABLE if r[0] is not None]
+            balls = sorted(set().union(*C.BALLS.values()))
+        else:
+            rows = [(p.team, p.name, p.left_leg, p.right_leg, p.left_hand, p.right_hand)
+                    for p in metadata.players]
+            balls = sorted(metadata.all_balls)
+        player_of = np.full(_MAX_SID, -1, np.int16)
+        slot_of = np.full(_MAX_SID, -1, np.int8)
+        gks = {}
+        for i, (team, _name, *sids) in enumerate(rows):
+            for slot, sid in enumerate(sids):
+                if sid is not None:
+                    if not 0 <= sid < _MAX_SID:
+                        raise SpecError(f"sensor id {sid} out of range 0..{_MAX_SID - 1}")
+                    player_of[sid] = i
+                    slot_of[sid] = slot
+            if sids[2] is not None:
+                gks[team] = i
+        if set(gks) != {"A", "B"}:
+            raise SpecError("the roster needs one goalkeeper (a player with hand sensors) per "
+                            "team A and B")
+        return cls(tuple(r[1] for r in rows), tuple(r[0] for r in rows), player_of, slot_of,
+                   tuple(balls), (gks["A"], gks["B"]))
+
+    @property
+    def n(self) -> int:
+        """Number of players."""
+        return len(self.names)
+
+    def lookup(self, sid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(player number, slot) per row; -1 for rows that are not player sensors."""
+        ok = (sid >= 0) & (sid < _MAX_SID)
+        s = np.where(ok, sid, 0)
+        p = np.where(ok, self.player_of[s], -1).astype(np.int64)
+        k = np.where(ok, self.slot_of[s], -1).astype(np.int64)
+        return p, k
+
+    def is_ball(self, sid: np.ndarray) -> np.ndarray:
+        """Mask of ball-sensor rows."""
+        return np.isin(sid, np.asarray(self.balls, dtype=np.int64))
+
+
+def ordered(ts: np.ndarray) -> np.ndarray | None:
+    """A stable order that sorts ``ts``, or None when it is already sorted."""
+    if len(ts) > 1 and np.any(ts[1:] < ts[:-1]):
+        return np.argsort(ts, kind="stable")
+    return None
