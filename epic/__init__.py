@@ -27,7 +27,7 @@ from .operator import ENTRY_COLUMN, Operator
 from .process import Context, Processor, processor
 from .runner import RunResult, run
 from .sinks import collect_sink, console_sink, csv_sink, parquet_sink, topic_sink
-from .sources import csv_source, iterator_source, parquet_source, topic_source
+from .sources import Watermark, csv_source, iterator_source, parquet_source, topic_source
 from .split import (broadcast, combine, hash_partition, pairs_split, round_robin, row_split,
                     vector_split)
 from .topology import Stream, Topology, TopologyWarning, as_schema, param
@@ -40,7 +40,7 @@ __all__ = [
     # graph model
     "Topology", "Stream", "param", "as_schema", "TopologyWarning",
     # sources and sinks
-    "csv_source", "parquet_source", "topic_source", "iterator_source",
+    "csv_source", "parquet_source", "topic_source", "iterator_source", "Watermark",
     "csv_sink", "parquet_sink", "topic_sink", "console_sink", "collect_sink",
     # windows
     "few_time", "few_count", "tumbling", "sliding", "landmark", "tumbling_count",

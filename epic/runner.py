@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from .errors import EpicError, NodeFailure
 from .operator import ENTRY_COLUMN
+from .sources import Watermark
 from .topology import (MergeNode, Node, SinkNode, SourceNode, SplitNode, Stream, Topology)
 
 __all__ = ["run", "RunResult", "NodeStats"]
@@ -226,6 +227,10 @@ class _Engine:
                     batch = None
                 finally:
                     self.stats[n.name].seconds += _time.perf_counter() - t0
+                if isinstance(batch, Watermark):
+                    self.forward_watermark(n, int(batch.time))
+                    still.append((n, reader, it, state))
+                    continue
                 if batch is None:
                     if state["max"] is not None:
                         self.forward_watermark(n, state["max"] + 1)

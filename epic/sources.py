@@ -36,6 +36,7 @@ __all__ = [
     "parquet_source",
     "topic_source",
     "iterator_source",
+    "Watermark",
 ]
 
 
@@ -311,6 +312,20 @@ def topic_source(path: str | os.PathLike, *, schema=None, time: str | None = Non
 
 
 @dataclass(frozen=True)
+class Watermark:
+    """A heartbeat an iterator source may yield between rows: event time has reached ``time``.
+
+    Downstream windows and merges then emit what that completes, even while no rows arrive
+    (a quiet input). ``time`` is in the source's unit.
+
+    Example:
+        >>> items = [{"ts": 0, "v": 1}, Watermark(10)]
+    """
+
+    time: int
+
+
+@dataclass(frozen=True)
 class IteratorSource(Source):
     """See :func:`iterator_source`."""
 
@@ -340,6 +355,13 @@ class IteratorSource(Source):
         def batches():
             rows: list[dict] = []
             for item in items:
+                if isinstance(item, Watermark):
+                    if rows:
+                        yield self._rows(rows)
+                        count[0] += len(rows)
+                        rows = []
+                    yield item
+                    continue
                 if isinstance(item, Mapping) and not _is_columns(item):
                     rows.append(item)
                     if len(rows) >= self.batch_rows:

@@ -32,7 +32,7 @@ from . import aggregates as _aggs
 from . import windows as _windows
 from .errors import SpecError
 
-__all__ = ["Transcript", "load_transcripts", "replay_on_operator", "rows_key"]
+__all__ = ["Transcript", "load_transcripts", "replay_on_operator", "rows_key", "transcript_topology"]
 
 _WINDOW_KINDS = {
     "few_time": _windows.few_time,
@@ -142,3 +142,25 @@ def replay_on_operator(t: Transcript):
             out = op.on_end()
         per_step.append([r for b in out for r in b.to_pylist()])
     return per_step, [r for step in per_step for r in step]
+
+
+def transcript_topology(t: Transcript, *, sink: str = "out"):
+    """A topology replaying ``t``: an iterator source of its row batches, the window, a sink.
+
+    Runtimes without per-step control (``epic run``, ``epic deploy``) replay transcripts through
+    this: watermark steps become :class:`~epic.sources.Watermark` heartbeats of the source; only
+    ``expected`` is compared.
+    """
+    from .sinks import collect_sink
+    from .sources import iterator_source
+    from .topology import Topology
+
+    from .sources import Watermark
+
+    items = [payload if kind == "rows" else Watermark(payload)
+             for kind, payload in t.batches() if kind != "end"]
+    topo = Topology(f"transcript_{t.name}")
+    s = topo.source("input", iterator_source(items, schema=t.schema, time=t.time, unit=t.unit))
+    w = topo.window("window", s, t.window_spec(), key=t.key, aggregates=t.aggregate_specs())
+    topo.sink(sink, w, collect_sink())
+    return topo
