@@ -66,3 +66,67 @@ def few_reference(rows, L, S, E, *, count_mode=False, origin=None, wm=None):
                 final = L is not None and t == s + L
                 out.append((key, s, t, final, content))
     return sorted(out, key=lambda r: (r[0], r[1], r[2]))
+
+
+def forseq_reference(items, start, end, kind, force):
+    """XQuery FORSEQ windows over one key's items (dicts with ts and v), recomputed plainly.
+
+    ``start(cur, prev, next, pos)``; ``end(first, cur, prev, next, pos)`` or "newstart" or None.
+    Returns [(first_ts, last_ts, final, [v ...])] including landmark partial rows.
+    """
+    n = len(items)
+
+    def ctx(i):
+        return (items[i], items[i - 1] if i > 0 else None, items[i + 1] if i + 1 < n else None, i)
+
+    def call(fn, *args):
+        return fn(*args[: fn.__code__.co_argcount])
+
+    def starts(i):
+        return call(start, *ctx(i))
+
+    def ends(i, j):
+        if end == "newstart":
+            return j + 1 < n and starts(j + 1)
+        if end is None:
+            return False
+        cur, prev, nxt, pos = ctx(j)
+        return call(end, items[i], cur, prev, nxt, pos)
+
+    def close_from(i):
+        for j in range(i, n):
+            if ends(i, j):
+                return j
+        return None
+
+    out = []
+    if kind == "sliding":
+        opened = [i for i in range(n) if starts(i)]
+    else:
+        opened, i = [], 0
+        while i < n:
+            if starts(i):
+                opened.append(i)
+                j = close_from(i)
+                if j is None:
+                    break
+                i = j + 1
+            else:
+                i += 1
+    for i in opened:
+        j = close_from(i)
+        last = n - 1 if j is None else j
+        if kind == "landmark":
+            # with end="newstart" the end shows only when the next start arrives: the last item
+            # was already emitted as a partial row, then the final row follows
+            late_end = end == "newstart"
+            for k in range(i, last + 1):
+                final = j is not None and k == j and not late_end
+                out.append((items[i]["ts"], items[k]["ts"], final,
+                            [it["v"] for it in items[i:k + 1]]))
+            if late_end and j is not None:
+                out.append((items[i]["ts"], items[j]["ts"], True, [it["v"] for it in items[i:j + 1]]))
+        elif j is not None or not force:
+            out.append((items[i]["ts"], items[last]["ts"], j is not None,
+                        [it["v"] for it in items[i:last + 1]]))
+    return out
