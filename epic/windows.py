@@ -87,28 +87,14 @@ class FewTimeWindow(WindowSpec):
     panes: bool | None = None
 
     def __post_init__(self):
-        for what in ("length", "stride", "ef"):
-            v = getattr(self, what)
-            if v is None:
-                continue
+        def check(what, v):
             if isinstance(v, bool) or not isinstance(v, (int, float, timedelta)):
                 raise SpecError(f"few_time: {what} must be seconds (a number) or a timedelta, "
                                 f"got {v!r}")
             if _seconds(v) <= 0:
                 raise SpecError(f"few_time: {what} must be positive, got {v!r}")
-        if self.length is None:
-            if self.ef is None:
-                raise SpecError("few_time: a landmark window (length=None) needs ef, the emit "
-                                "frequency, e.g. landmark(ef=1)")
-        else:
-            if self.stride is None:
-                raise SpecError("few_time: stride is required (use tumbling() for stride=length)")
-            if _seconds(self.stride) > _seconds(self.length):
-                raise SpecError(f"few_time: stride {self.stride!r} is longer than length "
-                                f"{self.length!r}, which would skip elements; use stride <= length")
-            if self.ef is not None and _seconds(self.ef) > _seconds(self.length):
-                raise SpecError(f"few_time: ef {self.ef!r} is longer than length {self.length!r};"
-                                " use ef <= length, or ef=None for no early emission")
+
+        _check_few("few_time", self, check, _seconds)
         if _seconds(self.lateness) < 0:
             raise SpecError("few_time: lateness must be >= 0")
         if self.origin is not None and (isinstance(self.origin, bool)
@@ -144,25 +130,12 @@ class FewCountWindow(WindowSpec):
     time_column = "ts"
 
     def __post_init__(self):
-        for what in ("length", "stride", "ef"):
-            v = getattr(self, what)
-            if v is None:
-                continue
+        def check(what, v):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
                 raise SpecError(f"few_count: {what} must be a positive whole number of elements, "
                                 f"got {v!r}")
-        if self.length is None:
-            if self.ef is None:
-                raise SpecError("few_count: a landmark window (length=None) needs ef")
-        else:
-            if self.stride is None:
-                raise SpecError("few_count: stride is required")
-            if self.stride > self.length:
-                raise SpecError(f"few_count: stride {self.stride} > length {self.length} would "
-                                "skip elements; use stride <= length")
-            if self.ef is not None and self.ef > self.length:
-                raise SpecError(f"few_count: ef {self.ef} > length {self.length}; use ef <= "
-                                "length or ef=None")
+
+        _check_few("few_count", self, check, int)
 
     @property
     def is_landmark(self) -> bool:
@@ -198,6 +171,27 @@ class PredicateWindow(WindowSpec):
         if self.end is None and self.kind != "landmark":
             raise SpecError("predicate_window: end is required unless kind='landmark'; use "
                             "end='newstart' to end each window where the next one starts")
+
+
+def _check_few(kind: str, spec, check_value: Callable, size: Callable) -> None:
+    """The parameter rules shared by FEW time and count windows (``size`` makes them comparable)."""
+    for what in ("length", "stride", "ef"):
+        v = getattr(spec, what)
+        if v is not None:
+            check_value(what, v)
+    if spec.length is None:
+        if spec.ef is None:
+            raise SpecError(f"{kind}: a landmark window (length=None) needs ef, the emit "
+                            "frequency, e.g. landmark(ef=1)")
+        return
+    if spec.stride is None:
+        raise SpecError(f"{kind}: stride is required (use tumbling() for stride=length)")
+    if size(spec.stride) > size(spec.length):
+        raise SpecError(f"{kind}: stride {spec.stride!r} is longer than length {spec.length!r}, "
+                        "which would skip elements; use stride <= length")
+    if spec.ef is not None and size(spec.ef) > size(spec.length):
+        raise SpecError(f"{kind}: ef {spec.ef!r} is longer than length {spec.length!r}; use ef <= "
+                        "length, or ef=None for no early emission")
 
 
 def _seconds(v: Duration) -> float:
