@@ -261,5 +261,22 @@ def topics_stat(directory: Path = typer.Argument(..., help="A topic directory.")
 # ==============================================================================================
 
 
+def _load_plugins(target: typer.Typer = app) -> None:
+    """Add the typer apps that installed packages register under the ``epic.cli`` entry-point
+    group (``epic debs ...`` comes from the debs2013 package this way)."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="epic.cli"):
+        try:
+            sub = ep.load()
+        except Exception as exc:  # a broken plugin must not take the whole CLI down
+            typer.echo(f"epic: plugin {ep.name!r} ({ep.value}) failed to load: {exc}", err=True)
+            continue
+        target.add_typer(sub, name=ep.name)
+
+
+_load_plugins()
+
+
 def main() -> None:  # pragma: no cover - the console script
     app()
