@@ -639,6 +639,7 @@ class _HalfPlanner:
                     last = prev
                     pos = pts[-1]
             kick_pos = np.asarray(pos, float)
+            kind_before = self.touches[last].kind
             if shot:
                 self.touches[last].kind = "shot"
             self.possessions.append(dict(player=who, first=first, last=last, b=b, e=e))
@@ -646,6 +647,10 @@ class _HalfPlanner:
             self.recv_kind = None
             nb = nxt[0] if nxt else self.t_hi + 5.0
             stop = self.stopped_between(e, nb)
+            if shot and nxt is None and stop is None:
+                # the last kick of a short game: no receiver, goal or save to plan a shot towards
+                shot = False
+                self.touches[last].kind = kind_before
             restart = stop is not None
             if shot:
                 self.plan_shot(k, last, kick_pos, team, nxt, stop)
