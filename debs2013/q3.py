@@ -1,0 +1,351 @@
+"""Query 3, heat map: the front end (:class:`HeatMapOperator`), the window UDA
+(:class:`HeatMap`) and the report-time grid derivation (:func:`q3_rows`).
+
+Dataflow (EPIC, paper figure 4)::
+
+    game stream ─► HeatMapOperator ─► one-second maps ─► few_time(60|300|600 s, 1 s, 1 s)
+                                                          / landmark(1 s) + HeatMap, key player_id
+                                        ─► q3_rows(grid = 8x13 | 16x25 | 32x50 | 64x100) ─► q3_*
+
+**Input**: :data:`debs2013.common.GAME_SCHEMA`; players' shoe rows only (markers ignored: players
+keep moving during interruptions, spec §4.4).
+
+**Rules** (spec §7; switches in :class:`~debs2013.config.Q3Config`):
+
+* A player's position is the mean of the latest positions of his two shoe sensors (one shoe until
+  the other has reported), updated on every shoe row: each row is a *position sample*.
+* Time weighting: a sample holds from its ``ts`` to the player's next sample, at most
+  ``max_gap_ps``; that time goes to the cell of the sample. Positions outside the field rectangle
+  are in no cell (their time is not counted).
+* Cells of the base grid (64 along x, 100 along y): ``i = floor((x − 0)·64 / 52483)``, ``j =
+  floor((y + 33960)·100 / 67925)`` in exact integer arithmetic, a point on the max edge in the last
+  cell; the id is ``j·64 + i``.
+* One map per player per period ``[ts, ts + 1 s)`` on the grid ``origin + m·period``, released
+  once the input time has reached the period's end (the state at ``t`` reflects rows with
+  ``ts < t``, so the map is then final), sparse: the cells with time and their ps.
+
+**Window output** (:func:`q3_rows`): per window row, the base counts are folded into the
+requested grid (32x50 and 16x25 exactly; 8x13 by splitting each base cell's time over the coarse
+cells in proportion to their overlap, since 100 is not a multiple of 13; a ``(64, 1300)`` base
+grid makes that exact too) and written as ``ts, player_id, cell_x1, cell_y1, cell_x2, cell_y2,
+percent_time_in_cell`` (corners in mm, ``x1 < x2``, ``y1 < y2``), non-zero cells by default,
+every cell with ``dense``. The percentage is ``100·cell time / the player's time in the field
+in the window`` (``denominator="field"``) or ``/ the window's length`` (``"window"``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from debs2013 import constants as C
+from debs2013.common import Roster, column, floor_grid, ordered
+from debs2013.config import Q3Config
+from epic import serde
+from epic.aggregates import Aggregate
+from epic.errors import StateError
+
+__all__ = ["HEATMAP_SCHEMA", "Q3_SCHEMA", "HeatMapOperator", "HeatMap", "q3_rows",
+           "cell_of", "grid_weights"]
+
+HEATMAP_SCHEMA = pa.schema([
+    pa.field("ts", pa.int64()), pa.field("player_id", pa.string()),
+    pa.field("cells", pa.list_(pa.int32())), pa.field("times", pa.list_(pa.int64())),
+], metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
+
+Q3_SCHEMA = pa.schema([
+    pa.field("ts", pa.int64()), pa.field("player_id", pa.string()),
+    pa.field("cell_x1", pa.float64()), pa.field("cell_y1", pa.float64()),
+    pa.field("cell_x2", pa.float64()), pa.field("cell_y2", pa.float64()),
+    pa.field("percent_time_in_cell", pa.float64()),
+], metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
+
+_W = C.FIELD["x_max"] - C.FIELD["x_min"]
+_H = C.FIELD["y_max"] - C.FIELD["y_min"]
+_NO = -(2**62)
+
+
+def cell_of(sum_x, sum_y, count, grid: tuple[int, int]) -> np.ndarray:
+    """Base-grid cell id of the mean position ``(sum_x / count, sum_y / count)`` (mm), exactly;
+    -1 outside the field."""
+    nx, ny = grid
+    sx = np.asarray(sum_x, np.int64) - count * C.FIELD["x_min"]
+    sy = np.asarray(sum_y, np.int64) - count * C.FIELD["y_min"]
+    inside = (sx >= 0) & (sx <= count * _W) & (sy >= 0) & (sy <= count * _H) & (count > 0)
+    c = np.maximum(count, 1)
+    i = np.minimum(sx * nx // (c * _W), nx - 1)
+    j = np.minimum(sy * ny // (c * _H), ny - 1)
+    return np.where(inside, j * nx + i, -1)
+
+
+def grid_weights(base: int, target: int) -> np.ndarray:
+    """``target x base`` matrix: the share of each base cell (along one axis) in each target cell,
+    from exact integer overlaps (0/1 when ``base`` is a multiple of ``target``)."""
+    k = np.arange(base)[None, :]
+    i = np.arange(target)[:, None]
+    lo = np.maximum(k * target, i * base)
+    hi = np.minimum((k + 1) * target, (i + 1) * base)
+    return np.maximum(hi - lo, 0) / target
+
+
+class HeatMapOperator:
+    """Query 3 front end: per-player, per-period sparse heat maps on the base grid.
+
+    Args:
+        config: :class:`~debs2013.config.Q3Config` (base grid, period, max gap, origin).
+        roster: sensor -> player table; the spec's metadata by default.
+
+    Output: :data:`HEATMAP_SCHEMA`, rows ordered by ``ts`` then player; ``times`` in ps.
+    Vectorised per player and batch (positions, cells, durations, the split at period
+    boundaries, the per-cell sums); no per-row Python.
+    """
+
+    def __init__(self, config: Q3Config = Q3Config(), roster: Roster | None = None):
+        self.config = config
+        self.roster = roster or Roster.from_metadata()
+        self.output_schema = HEATMAP_SCHEMA
+        self._done = None  # periods before this grid point are released
+        self._frontier = _NO
+        self._players = [self._fresh() for _ in range(self.roster.n)]
+
+    @staticmethod
+    def _fresh():
+        return {"sx": [0, 0], "sy": [0, 0], "has": [0, 0],
+                "pt": np.zeros(0, np.int64), "pc": np.zeros(0, np.int64)}
+
+    def snapshot(self) -> bytes:
+        return serde.packb({"format": "debs2013.q3/1", "done": self._done,
+                            "frontier": self._frontier, "players": self._players})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "debs2013.q3/1":
+            raise StateError("not a HeatMapOperator snapshot (format debs2013.q3/1)")
+        self._done, self._frontier, self._players = st["done"], st["frontier"], st["players"]
+
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        ts = column(batch, "ts")
+        order = ordered(ts)
+        if order is not None:
+            batch = batch.take(pa.array(order))
+            ts = ts[order]
+        cfg = self.config
+        if self._done is None:
+            self._done = int(floor_grid(int(ts[0]), cfg.origin, cfg.period_ps))
+        sid = column(batch, "sid")
+        pl, slot = self.roster.lookup(sid)
+        keep = (pl >= 0) & (slot <= 1)
+        if "marker" in batch.schema.names:
+            keep &= column(batch, "marker") == 0
+        rows = np.nonzero(keep)[0]
+        pl, slot, t = pl[rows], slot[rows], ts[rows]
+        x, y = column(batch, "x")[rows], column(batch, "y")[rows]
+        order = np.argsort(pl, kind="stable")
+        bounds = np.searchsorted(pl[order], np.arange(self.roster.n + 1))
+        for i, p in enumerate(self._players):
+            idx = order[bounds[i]:bounds[i + 1]]
+            if len(idx):
+                self._samples(p, slot[idx], t[idx], x[idx], y[idx])
+        return self._release(max(int(ts[-1]), self._frontier), final=False)
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        if self._done is None or watermark <= self._frontier:
+            return []
+        return self._release(int(watermark), final=False)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        if self._done is None:
+            return []
+        return self._release(self._frontier, final=True)
+
+    def _samples(self, p, slot, t, x, y):
+        """Append one player's position samples (time order)."""
+        n = len(t)
+        pos = np.arange(n)
+        sx = np.zeros(n, np.int64)
+        sy = np.zeros(n, np.int64)
+        cnt = np.zeros(n, np.int64)
+        for s in (0, 1):
+            last = np.maximum.accumulate(np.where(slot == s, pos, -1))
+            got = last >= 0
+            li = np.maximum(last, 0)
+            has = got | bool(p["has"][s])
+            sx += np.where(got, x[li], p["sx"][s]) * has
+            sy += np.where(got, y[li], p["sy"][s]) * has
+            cnt += has
+            if got.any():
+                j = int(last[-1])
+                p["sx"][s], p["sy"][s], p["has"][s] = int(x[j]), int(y[j]), 1
+        cells = cell_of(sx, sy, cnt, self.config.base_grid)
+        p["pt"] = np.concatenate([p["pt"], t])
+        p["pc"] = np.concatenate([p["pc"], cells])
+
+    def _release(self, frontier: int, final: bool) -> list[pa.RecordBatch]:
+        cfg = self.config
+        self._frontier = max(self._frontier, frontier)
+        period = cfg.period_ps
+        upto = self._frontier if final else int(floor_grid(self._frontier, cfg.origin, period))
+        lo = self._done
+        if upto <= lo:
+            return []
+        out_sec, out_player, out_cells, out_times = [], [], [], []
+        for i, p in enumerate(self._players):
+            pt, pc = p["pt"], p["pc"]
+            if not len(pt):
+                continue
+            nxt = np.concatenate([pt[1:], [-_NO]])
+            a = np.maximum(pt, lo)
+            b = np.minimum(np.minimum(nxt, pt + cfg.max_gap_ps), upto)
+            m = (b > a) & (pc >= 0)
+            a, b, c = a[m], b[m], pc[m]
+            # drop samples that can no longer contribute: keep the last one before `upto`
+            k = int(np.searchsorted(pt, upto, side="left")) - 1
+            if k > 0:
+                p["pt"], p["pc"] = pt[k:], pc[k:]
+            if not len(a):
+                continue
+            # split at period boundaries
+            sa = (a - cfg.origin) // period
+            sb = (b - 1 - cfg.origin) // period
+            reps = (sb - sa + 1).astype(np.int64)
+            if (reps > 1).any():
+                base = np.repeat(sa, reps)
+                off = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
+                sec = base + off
+                a2 = np.maximum(np.repeat(a, reps), cfg.origin + sec * period)
+                b2 = np.minimum(np.repeat(b, reps), cfg.origin + (sec + 1) * period)
+                c2 = np.repeat(c, reps)
+            else:
+                sec, a2, b2, c2 = sa, a, b, c
+            ncell = cfg.base_grid[0] * cfg.base_grid[1]
+            key = (sec - sec.min()) * ncell + c2
+            uk, inv = np.unique(key, return_inverse=True)
+            tot = np.zeros(len(uk), np.int64)
+            np.add.at(tot, inv, b2 - a2)
+            usec = uk // ncell + sec.min()
+            ucell = uk % ncell
+            cuts = np.nonzero(np.diff(usec))[0] + 1
+            for s_arr, c_arr, t_arr in zip(np.split(usec, cuts), np.split(ucell, cuts),
+                                           np.split(tot, cuts)):
+                out_sec.append(int(s_arr[0]) * period + cfg.origin)
+                out_player.append(i)
+                out_cells.append(c_arr.astype(np.int32))
+                out_times.append(t_arr)
+        self._done = upto
+        if not out_sec:
+            return []
+        order = sorted(range(len(out_sec)), key=lambda k: (out_sec[k], out_player[k]))
+        names = self.roster.names
+        return [pa.RecordBatch.from_arrays([
+            pa.array([out_sec[k] for k in order], pa.int64()),
+            pa.array([names[out_player[k]] for k in order], pa.string()),
+            pa.array([out_cells[k] for k in order], pa.list_(pa.int32())),
+            pa.array([out_times[k] for k in order], pa.list_(pa.int64())),
+        ], schema=HEATMAP_SCHEMA)]
+
+
+class HeatMap(Aggregate):
+    """Per-cell time (ps) on the base grid over a window of one-second maps (the q3 UDA).
+
+    Bind it to ``("cells", "times")`` of :data:`HEATMAP_SCHEMA`. State: one int64 array of
+    ``nx·ny`` cells; add and remove are exact vectorised scatter-adds. The result is sparse,
+    ``{"cells": [...], "times": [...]}`` (non-zero cells); :func:`q3_rows` derives the grids.
+    """
+
+    name = "heat_map"
+
+    def __init__(self, base_grid: tuple[int, int] = (64, 100)):
+        self.base_grid = tuple(base_grid)
+        self.size = base_grid[0] * base_grid[1]
+
+    def init(self):
+        return np.zeros(self.size, np.int64)
+
+    def _scatter(self, state, cells, times, sign):
+        state = state.copy()
+        if len(cells):
+            np.add.at(state, np.asarray(cells, np.int64), sign * np.asarray(times, np.int64))
+        return state
+
+    def add(self, state, e):
+        return self._scatter(state, e[0], e[1], 1)
+
+    def remove(self, state, e):
+        return self._scatter(state, e[0], e[1], -1)
+
+    def merge(self, older, newer):
+        return older + newer
+
+    @staticmethod
+    def _flat(values):
+        cells, times = values
+        cl = [np.asarray(c, np.int64) for c in cells if c is not None]
+        tl = [np.asarray(t, np.int64) for t in times if t is not None]
+        if not cl:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(cl), np.concatenate(tl)
+
+    def add_batch(self, state, values):
+        return self._scatter(state, *self._flat(values), 1)
+
+    def remove_batch(self, state, values):
+        return self._scatter(state, *self._flat(values), -1)
+
+    def result(self, state):
+        nz = np.nonzero(state)[0]
+        return {"cells": nz.astype(np.int32).tolist(), "times": state[nz].tolist()}
+
+    def output_type(self, input_types: Sequence[pa.DataType]) -> pa.DataType:
+        return pa.struct([pa.field("cells", pa.list_(pa.int32())),
+                          pa.field("times", pa.list_(pa.int64()))])
+
+    def __repr__(self):
+        return f"HeatMap(base_grid={self.base_grid})"
+
+
+def q3_rows(window_batch: pa.RecordBatch, grid: tuple[int, int],
+            config: Q3Config = Q3Config(), heat: str = "heat") -> pa.RecordBatch:
+    """Window output (key ``player_id``, ``window_start``/``window_end``, struct column ``heat``
+    of :class:`HeatMap`) as q3 rows on ``grid = (cells along x, along y)``."""
+    nx, ny = grid
+    bx, by = config.base_grid
+    wx = grid_weights(bx, nx)
+    wy = grid_weights(by, ny)
+    cw, ch = _W / nx, _H / ny
+    sch = window_batch.schema
+    ends = window_batch.column(sch.get_field_index("window_end")).to_pylist()
+    starts = window_batch.column(sch.get_field_index("window_start")).to_pylist()
+    players = window_batch.column(sch.get_field_index("player_id")).to_pylist()
+    st = window_batch.column(sch.get_field_index(heat))
+    cells_l = st.field("cells").to_pylist()
+    times_l = st.field("times").to_pylist()
+    ii, jj = np.meshgrid(np.arange(nx), np.arange(ny))  # id = j*nx + i
+    ii, jj = ii.ravel(), jj.ravel()
+    x1 = C.FIELD["x_min"] + ii * cw
+    y1 = C.FIELD["y_min"] + jj * ch
+    parts = []
+    for t, s, pid, cells, times in zip(ends, starts, players, cells_l, times_l):
+        fine = np.zeros(bx * by, np.float64)
+        if cells:
+            fine[np.asarray(cells, np.int64)] = np.asarray(times, np.float64)
+        coarse = (wx @ fine.reshape(by, bx).T @ wy.T).T.ravel()  # (ny, nx) -> id j*nx + i
+        denom = fine.sum() if config.denominator == "field" else float(t - s)
+        pct = 100.0 * coarse / denom if denom > 0 else np.zeros_like(coarse)
+        sel = np.arange(nx * ny) if config.dense else np.nonzero(coarse > 0)[0]
+        parts.append((t, pid, sel, pct[sel]))
+    n = sum(len(p[2]) for p in parts)
+    if n == 0:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in Q3_SCHEMA],
+                                          schema=Q3_SCHEMA)
+    sel = np.concatenate([p[2] for p in parts])
+    return pa.RecordBatch.from_arrays([
+        pa.array(np.concatenate([np.full(len(p[2]), p[0], np.int64) for p in parts])),
+        pa.array([p[1] for p in parts for _ in range(len(p[2]))], pa.string()),
+        pa.array(x1[sel], pa.float64()), pa.array(y1[sel], pa.float64()),
+        pa.array(x1[sel] + cw, pa.float64()), pa.array(y1[sel] + ch, pa.float64()),
+        pa.array(np.concatenate([p[3] for p in parts]), pa.float64()),
+    ], schema=Q3_SCHEMA)

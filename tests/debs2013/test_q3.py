@@ -1,0 +1,112 @@
+"""Query 3: time-weighted one-second heat maps, the HeatMap UDA and grid derivation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from debs2013.config import Q3Config
+from debs2013.q3 import (HEATMAP_SCHEMA, HeatMap, HeatMapOperator, cell_of, grid_weights,
+                         q3_rows)
+from epic.aggregates import AggSpec
+from epic.windows import WindowOperator, few_time
+from qkit import MS, PS, assert_cut_invariant, game, run_table
+
+CFG = Q3Config(origin=0)
+
+
+def test_cell_numbering_and_edges():
+    """i counts along x, j along y from -33960; the max edge is in the last cell; outside -1."""
+    assert cell_of([0], [-33960], 1, (8, 13)).tolist() == [0]
+    assert cell_of([52483], [33965], 1, (8, 13)).tolist() == [8 * 13 - 1]
+    assert cell_of([6560], [-33960], 1, (8, 13)).tolist() == [0]
+    assert cell_of([6561], [-33960], 1, (8, 13)).tolist() == [1]
+    assert cell_of([-1], [0], 1, (8, 13)).tolist() == [-1]
+    # mean of two shoes, exact: (6560 + 6562) / 2 = 6561 -> cell 1
+    assert cell_of([6560 + 6562], [2 * -33960], 2, (8, 13)).tolist() == [1]
+
+
+def test_time_weighting_to_the_next_sample():
+    """Each sample's time until the player's next sample goes to its cell, split at seconds."""
+    rows = [{"sid": 47, "ts": 0, "x": 100, "y": -33900},
+            {"sid": 16, "ts": 0, "x": 100, "y": -33900},
+            {"sid": 47, "ts": 700 * MS, "x": 2000, "y": -33900},   # mean x 1050 -> cell 1
+            {"sid": 16, "ts": 1300 * MS, "x": 2000, "y": -33900},  # both at 2000 -> cell 2
+            {"sid": 13, "ts": 1900 * MS, "x": 30000, "y": 0}]      # another player ends data
+    out = run_table(lambda: HeatMapOperator(CFG), game(rows)).to_pylist()
+    dennis = [r for r in out if r["player_id"] == "Dennis Dotterweich"]
+    assert dennis[0] == {"ts": 0, "player_id": "Dennis Dotterweich", "cells": [0, 1],
+                         "times": [700 * MS, 300 * MS]}
+    # second 1: cell 1 until 1.3 s, then cell 2 up to the max gap (1 s after 1.3 s) or data end
+    assert dennis[1]["cells"] == [1, 2]
+    assert dennis[1]["times"] == [300 * MS, 600 * MS]
+
+
+def test_max_gap_and_outside_field():
+    """A sample holds at most max_gap; positions outside the field count nowhere."""
+    rows = [{"sid": 47, "ts": 0, "x": 100, "y": 0}, {"sid": 47, "ts": 3 * PS, "x": -5, "y": 0},
+            {"sid": 47, "ts": 3 * PS + 500 * MS, "x": 100, "y": 0},
+            {"sid": 13, "ts": 4 * PS, "x": 100, "y": 0}]
+    out = run_table(lambda: HeatMapOperator(Q3Config(origin=0, max_gap_ps=PS // 4)),
+                    game(rows)).to_pylist()
+    dennis = [(r["ts"], sum(r["times"])) for r in out if r["player_id"] == "Dennis Dotterweich"]
+    assert dennis == [(0, PS // 4), (3 * PS, PS // 4)]
+
+
+def test_cut_invariance_and_snapshots():
+    """Random cuts and snapshot/restore give identical maps."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for sid in (47, 16, 13, 14):
+        t = int(rng.integers(0, 5 * MS))
+        while t < 6 * PS:
+            rows.append({"sid": sid, "ts": t, "x": int(rng.integers(-500, 53000)),
+                         "y": int(rng.integers(-34000, 34000))})
+            t += int(rng.integers(1, 400 * MS))
+    assert_cut_invariant(lambda: HeatMapOperator(CFG), game(rows))
+
+
+def test_grid_weights_exact_and_proportional():
+    """64 -> 32 folds pairs exactly; 100 -> 13 splits base cells by overlap; columns sum to 1."""
+    w = grid_weights(64, 32)
+    assert set(np.unique(w).tolist()) == {0.0, 1.0} and (w.sum(axis=0) == 1).all()
+    w13 = grid_weights(100, 13)
+    assert np.allclose(w13.sum(axis=0), 1.0)
+    assert w13[0, 7] == pytest.approx(9 / 13) and w13[1, 7] == pytest.approx(4 / 13)
+    assert (grid_weights(1300, 13).sum(axis=0) == 1).all()
+
+
+def _window(maps, length=2):
+    spec = AggSpec(HeatMap(CFG.base_grid), ("cells", "times"), "heat")
+    w = WindowOperator(few_time(length, 1, 1, origin=0), [spec], HEATMAP_SCHEMA, "ts", "ps",
+                       key="player_id")
+    out = w.on_batch(maps) + w.on_end()
+    return pa.Table.from_batches(out).combine_chunks().to_batches()[0]
+
+
+def test_uda_window_and_percentages():
+    """A 2 s window adds and removes maps; grids derive from the base counts; sums are 100 %."""
+    maps = pa.RecordBatch.from_pylist([
+        {"ts": 0, "player_id": "P", "cells": [0, 1], "times": [3 * 10**11, 7 * 10**11]},
+        {"ts": PS, "player_id": "P", "cells": [1], "times": [PS]},
+        {"ts": 2 * PS, "player_id": "P", "cells": [6399], "times": [PS]},
+    ], schema=HEATMAP_SCHEMA)
+    win = _window(maps)
+    at3 = q3_rows(win, (64, 100)).to_pylist()
+    rows3 = [r for r in at3 if r["ts"] == 3 * PS]
+    assert [(round(r["cell_x1"], 3), r["percent_time_in_cell"]) for r in rows3] == [
+        (round(52483 / 64, 3), 50.0), (round(63 * 52483 / 64, 3), 50.0)]
+    coarse = [r for r in q3_rows(win, (8, 13)).to_pylist() if r["ts"] == 2 * PS]
+    assert len(coarse) == 1 and coarse[0]["percent_time_in_cell"] == pytest.approx(100.0)
+    assert (coarse[0]["cell_x1"], coarse[0]["cell_y1"]) == (0.0, -33960.0)
+    assert coarse[0]["cell_x2"] == pytest.approx(6560.375)
+    assert coarse[0]["cell_y2"] == pytest.approx(-33960 + 5225)
+    dense = q3_rows(win, (8, 13), Q3Config(dense=True)).to_pylist()
+    assert len(dense) == 104 * len(win)
+    for t in {r["ts"] for r in dense}:
+        assert sum(r["percent_time_in_cell"] for r in dense if r["ts"] == t) == pytest.approx(100)
+    agg = HeatMap()
+    s = agg.add(agg.init(), ([1, 5], [10, 20]))
+    assert not agg.remove(s, ([1, 5], [10, 20])).any()
+    assert agg.result(agg.merge(s, s)) == {"cells": [1, 5], "times": [20, 40]}
