@@ -1,0 +1,175 @@
+"""Query 2: ball in play, hits (threshold, 1 m, closest player, epsilon), possession, teams."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from debs2013.config import Q2Config
+from debs2013.q2 import (HIT, OUT, STOP, TEAM_SLICE_SCHEMA, BallHitter, PossessionOperator,
+                         TeamShare, team_rows)
+from epic.aggregates import AggSpec
+from epic.windows import WindowOperator, few_time
+from qkit import MS, PS, assert_cut_invariant, game, run_table, shoe_rows
+
+T_END = 4 * PS
+
+
+def body(sids, x, y, z=0, t1=T_END):
+    return shoe_rows(sids, 0, t1, 5 * MS, x=x, y=y, z=z)
+
+
+def keepers():
+    # A's keeper near -y, B's near +y: A attacks goal 1 (+y)
+    return body((13, 14), 26000, -33000) + body((61, 62), 26000, 33000)
+
+
+def ball(kicks=(), x=10300, y=0, z=100, t1=T_END, sid=4):
+    """Ball 4 at 2000 Hz; kicks: (start ps, duration ps) with |a| = 60 m/s²."""
+    def acc(t):
+        return 60_000_000 if any(s <= t < s + d for s, d in kicks) else 0
+    return shoe_rows([sid], 0, t1, MS // 2, x=x, y=y, z=z, a=acc)
+
+
+def hits(rows, **cfg):
+    out = run_table(lambda: BallHitter(Q2Config(origin=0, **cfg), ball_rows=False), game(rows))
+    return [(r["ts"], r["player_id"]) for r in out.to_pylist() if r["kind"] == HIT]
+
+
+def test_closest_player_within_one_metre_gets_the_hit():
+    """Dennis at 316 mm, Kevin at 374 mm: Dennis; Kevin alone beyond 1 m: no hit."""
+    rows = keepers() + body((47, 16), 10000, 0) + body((63, 64), 10500, 300) + ball([(PS, 10 * MS)])
+    assert hits(rows) == [(PS, "Dennis Dotterweich")]
+    rows = keepers() + body((63, 64), 11300, 300) + ball([(PS, 10 * MS)])
+    assert hits(rows) == []
+
+
+def test_threshold_inclusive_switch():
+    """|a| exactly 55 m/s² is a hit with >= (default), not with >."""
+    rows = keepers() + body((47, 16), 10000, 0) + ball()
+    rows.append({"sid": 4, "ts": PS + 1, "x": 10300, "y": 0, "z": 100, "a": 55_000_000})
+    assert hits(rows) == [(PS + 1, "Dennis Dotterweich")]
+    assert hits(rows, acc_inclusive=False) == []
+
+
+def test_3d_distance_and_2d_switch():
+    """A ball 1.2 m above the shoe is out of reach in 3D but a hit in 2D."""
+    rows = keepers() + body((47, 16), 10000, 0) + ball([(PS, MS)], x=10000, z=1200)
+    assert hits(rows) == []
+    assert hits(rows, distance_3d=False) == [(PS, "Dennis Dotterweich")]
+
+
+def test_epsilon_drops_the_same_contact():
+    """Qualifying rows within 0.2 s of the player's hit are one contact; later ones are new."""
+    rows = keepers() + body((47, 16), 10000, 0) + ball([(PS, 10 * MS), (PS + 150 * MS, 5 * MS),
+                                                       (PS + 300 * MS, 5 * MS)])
+    assert hits(rows) == [(PS, "Dennis Dotterweich"), (PS + 300 * MS, "Dennis Dotterweich")]
+    # chained from the last qualifying row: 150 ms and 300 ms are each < 0.2 s from the previous
+    assert hits(rows, epsilon_from="last_event") == [(PS, "Dennis Dotterweich")]
+
+
+def test_other_player_within_epsilon_is_a_new_hit():
+    """Kevin touching 50 ms after Dennis still makes a hit."""
+    rows = keepers() + body((47, 16), 10000, 0, t1=PS + 20 * MS) + body((63, 64), 10700, 0)
+    rows += ball([(PS, 5 * MS), (PS + 50 * MS, 5 * MS)])
+    rows = [r for r in rows if not (r["sid"] in (47, 16) and r["ts"] > PS + 20 * MS)]
+    # after 1.02 s Dennis's shoes jump away, so the second kick is Kevin's
+    rows += [{"sid": s, "ts": PS + 30 * MS, "x": 5000, "y": 0} for s in (47, 16)]
+    assert hits(rows) == [(PS, "Dennis Dotterweich"), (PS + 50 * MS, "Kevin Baer")]
+
+
+def test_ball_in_play_out_of_field_and_stopped_game():
+    """A spare ball outside never hits; an OUT row when the ball leaves; no hits while stopped."""
+    rows = keepers() + body((47, 16), 10000, 0)
+    rows += [r for r in ball([(PS, 5 * MS), (3 * PS, 5 * MS)]) if r["ts"] < 2 * PS]
+    rows += [{"sid": 4, "ts": 2 * PS, "x": -100, "y": 0, "z": 100}]
+    rows += ball([(PS, 5 * MS)], x=-2000, sid=8)        # spare ball outside, kicked at 1 s
+    rows += [{"ts": PS // 2, "marker": "stop"}, {"ts": PS // 2 + 400 * MS, "marker": "resume"}]
+    rows += ball([(600 * MS, 5 * MS)], t1=PS)            # kick while stopped
+    out = run_table(lambda: BallHitter(Q2Config(origin=0), ball_rows=False), game(rows))
+    ev = [(r["ts"], r["kind"], r["sid"]) for r in out.to_pylist()]
+    assert (2 * PS, OUT, 4) in ev
+    assert [e for e in ev if e[1] == HIT] == [(PS, HIT, 4)]
+
+
+def test_sides_from_goalkeepers_and_default():
+    """The hitter's team attacks the goal away from its keeper; default before any keeper row."""
+    rows = body((13, 14), 26000, 33000) + body((61, 62), 26000, -33000) + body((47, 16), 10000, 0)
+    rows += ball([(PS, 5 * MS)])
+    out = run_table(lambda: BallHitter(Q2Config(origin=0, kickoffs=(0,)), ball_rows=False),
+                    game(rows)).to_pylist()
+    assert [r["attack"] for r in out if r["kind"] == HIT] == [-1]
+    rows = body((47, 16), 10000, 0) + ball([(PS, 5 * MS)])
+    out = run_table(lambda: BallHitter(Q2Config(origin=0, kickoffs=(0,)), ball_rows=False),
+                    game(rows)).to_pylist()
+    assert [r["attack"] for r in out if r["kind"] == HIT] == [1]
+
+
+def _events(spec):
+    """Ball events (ts in ms, kind, player) as a BallHitter output table."""
+    from debs2013.q2 import BALL_EVENT_SCHEMA
+    rows = []
+    for t, k, p in spec:
+        team = None if p is None else ("A" if p in ("Dennis Dotterweich", "Nick Gertje") else "B")
+        r = {f.name: 0 for f in BALL_EVENT_SCHEMA}
+        r.update(ts=t * MS, kind=k, player_id=p, team=team)
+        rows.append(r)
+    return pa.Table.from_pylist(rows, schema=BALL_EVENT_SCHEMA)
+
+
+D, K, G = "Dennis Dotterweich", "Kevin Baer", "Nick Gertje"
+SCRIPT = [(1000, HIT, D), (1500, HIT, D), (2200, HIT, D), (3000, HIT, K), (3100, HIT, K),
+          (4000, OUT, None), (5000, HIT, G), (5600, HIT, D), (6000, STOP, None),
+          (6500, HIT, K), (7000, 0, None)]
+
+
+def _players(**cfg):
+    out = run_table(lambda: PossessionOperator(Q2Config(origin=0, team_period_ps=PS, **cfg),
+                                               emit="players"), _events(SCRIPT))
+    return [(r["ts"] // MS, r["player_id"], round(r["time"], 6), r["hits"]) for r in
+            out.to_pylist()]
+
+
+def test_possession_first_to_last_touch():
+    """Time from first to last touch of a run; a single touch is zero; every contact counts."""
+    assert _players() == [(1000, D, 0.0, 1), (1500, D, 0.5, 2), (2200, D, 1.2, 3),
+                          (3000, K, 0.0, 1), (3100, K, 0.1, 2), (5000, G, 0.0, 1),
+                          (5600, D, 1.2, 4), (6500, K, 0.1, 3)]
+
+
+def test_possession_until_end_and_hits_per_possession():
+    """until_end: until another player's hit, the ball out or a stop; hits per possession."""
+    assert _players(possession_time="until_end", hits_count="possession") == [
+        (1000, D, 0.0, 1), (1500, D, 0.5, 1), (2200, D, 1.2, 1), (3000, D, 2.0, 1),
+        (3000, K, 0.0, 1), (3100, K, 0.1, 1), (4000, K, 1.0, 1), (5000, G, 0.0, 1),
+        (5600, G, 0.6, 1), (5600, D, 2.0, 2), (6000, D, 2.4, 2), (6500, K, 1.0, 2)]
+
+
+def test_team_slices_and_window_percent():
+    """Team A from 1.0 to 3.0 s and 5.0 to 6.0 s; B 3.0 to 4.0 s and from 6.5 s on."""
+    out = run_table(lambda: PossessionOperator(Q2Config(origin=0, team_period_ps=PS),
+                                               emit="team"), _events(SCRIPT))
+    sl = [(r["ts"] // PS, r["time_a"] / PS, r["time_b"] / PS) for r in out.to_pylist()]
+    assert sl == [(1, 1.0, 0.0), (2, 1.0, 0.0), (3, 0.0, 1.0), (4, 0.0, 0.0), (5, 1.0, 0.0),
+                  (6, 0.0, 0.5)]
+    w = WindowOperator(few_time(3, 1, 1, origin=0), [AggSpec(TeamShare(), ("time_a", "time_b"),
+                                                             "share")],
+                       TEAM_SLICE_SCHEMA, "ts", "ps")
+    res = w.on_batch(out.combine_chunks().to_batches()[0]) + w.on_end()
+    rows = [r for b in res for r in team_rows(b).to_pylist()]
+    at4 = {r["team_id"]: r for r in rows if r["ts"] == 4 * PS}  # window [1, 4)
+    assert at4["A"]["time"] == pytest.approx(2.0) and at4["B"]["time"] == pytest.approx(1.0)
+    assert at4["A"]["time_percent"] == pytest.approx(200 / 3)
+
+
+def test_cut_invariance_and_snapshots():
+    """Random cuts and snapshot/restore give identical hitter and possession output."""
+    rows = keepers() + body((47, 16), 10000, 0) + body((63, 64), 10500, 300)
+    rows += ball([(PS, 10 * MS), (PS + 150 * MS, 5 * MS), (2 * PS, 3 * MS), (3 * PS, 3 * MS)])
+    rows += [{"ts": 2500 * MS, "marker": "stop"}, {"ts": 2900 * MS, "marker": "resume"}]
+    for br in (False, True):
+        assert_cut_invariant(lambda: BallHitter(Q2Config(origin=0), ball_rows=br), game(rows))
+    for emit in ("players", "team"):
+        assert_cut_invariant(lambda: PossessionOperator(Q2Config(origin=0), emit=emit),
+                             _events(SCRIPT))
