@@ -454,8 +454,6 @@ class PossessionOperator:
                 changed.add(owner)
             s["owner"] = p
             s["first"] = t
-        if cfg.possession_time == "until_end" and owner == p:
-            pass
         s["last"] = t
         if cfg.hits_count == "contact" or owner != p:
             s["hits"][p] += 1
