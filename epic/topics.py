@@ -93,6 +93,7 @@ _META_PRODUCER = b"epic.producer"
 _META_BATCH = b"epic.batch_id"
 _META_WATERMARK = b"epic.watermark"
 _META_EOS = b"epic.eos"
+_META_STEP = b"epic.step"
 _META_VERSION = b"epic.segment_version"
 
 # What ipc.new_stream writes on close: continuation token + zero length. A final segment lacking it
@@ -199,12 +200,15 @@ class SegmentMeta:
         batch_id: Producer's batch id.
         watermark: Producer's watermark after this segment (topic time unit), None if unknown.
         eos: True if the producer declared the end of its stream with this segment.
+        step: The deploy runtime's progress counter (source step) reached with this segment, None
+            if the producer does not keep one (see ``docs/deploy.md``).
     """
 
     producer: str
     batch_id: int
     watermark: int | None = None
     eos: bool = False
+    step: int | None = None
 
     def to_metadata(self) -> dict[bytes, bytes]:
         """Encode as Arrow schema metadata (plain strings)."""
@@ -216,6 +220,8 @@ class SegmentMeta:
         }
         if self.watermark is not None:
             md[_META_WATERMARK] = str(int(self.watermark)).encode()
+        if self.step is not None:
+            md[_META_STEP] = str(int(self.step)).encode()
         return md
 
     @classmethod
@@ -223,11 +229,13 @@ class SegmentMeta:
         """Decode what :meth:`to_metadata` wrote."""
         md = md or {}
         wm = md.get(_META_WATERMARK)
+        step = md.get(_META_STEP)
         return cls(
             producer=md.get(_META_PRODUCER, b"").decode(),
             batch_id=int(md.get(_META_BATCH, b"-1")),
             watermark=int(wm) if wm is not None else None,
             eos=md.get(_META_EOS) == b"1",
+            step=int(step) if step is not None else None,
         )
 
 
@@ -545,23 +553,26 @@ class Topic:
         return pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
 
     def open_temp(self, *, producer: str, batch_id: int, part: int = 0,
-                  watermark: int | None = None, eos: bool = False) -> TempWriter:
+                  watermark: int | None = None, eos: bool = False,
+                  step: int | None = None) -> TempWriter:
         """Start a temp segment to write batches into incrementally (see :class:`TempWriter`)."""
         _check_producer(producer)
-        return TempWriter(self, SegmentMeta(producer, batch_id, watermark, eos), part)
+        return TempWriter(self, SegmentMeta(producer, batch_id, watermark, eos, step), part)
 
     def write_temp(self, batches: Iterable[pa.RecordBatch], *, producer: str, batch_id: int,
-                   part: int = 0, watermark: int | None = None, eos: bool = False) -> TempSegment:
+                   part: int = 0, watermark: int | None = None, eos: bool = False,
+                   step: int | None = None) -> TempSegment:
         """Write ``batches`` to a durable temp file (invisible until :meth:`commit_batch`)."""
         with self.open_temp(producer=producer, batch_id=batch_id, part=part,
-                            watermark=watermark, eos=eos) as w:
+                            watermark=watermark, eos=eos, step=step) as w:
             for b in batches:
                 w.write(b)
         return w.result
 
     def commit_batch(self, producer: str, batch_id: int, temps: Sequence[TempSegment | None], *,
                      watermark: int | None = None, eos: bool = False,
-                     write_marker: bool | None = None) -> list[SegmentInfo]:
+                     write_marker: bool | None = None,
+                     step: int | None = None) -> list[SegmentInfo]:
         """Make a batch's temp segments visible, exactly once per ``(producer, batch_id)``.
 
         Steps: if this batch or a later batch of ``producer`` is complete, the temps are replays
@@ -576,6 +587,7 @@ class Topic:
             temps: The batch's temp segments (``None`` and zero-row entries are skipped).
             watermark: Watermark for a marker segment written when no temp has rows.
             eos: End-of-stream flag for such a marker segment.
+            step: Progress counter for such a marker segment (see :class:`SegmentMeta`).
             write_marker: Write a zero-row marker segment when no temp has rows. Default: only
                 when it carries news (``eos``, or a watermark newer than the producer's last).
 
@@ -603,7 +615,7 @@ class Topic:
                 self._clean_tmp(producer, batch_id)
                 return []
             full = [self.write_temp([], producer=producer, batch_id=batch_id,
-                                    watermark=watermark, eos=eos)]
+                                    watermark=watermark, eos=eos, step=step)]
         seq0 = finals[-1].seq + 1 if finals else 0
         out = []
         for i, t in enumerate(full):

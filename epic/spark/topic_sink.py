@@ -41,7 +41,8 @@ from pyspark.sql.types import StructType
 
 from epic.errors import EpicError
 from epic.spark.session import freeze_gc_once
-from epic.spark.topic_source import batch_markers, checkpoint_is_fresh, combine_markers
+from epic.spark.topic_source import (batch_markers, checkpoint_is_fresh, combine_markers,
+                                     combine_step)
 from epic.topics import TempSegment, Topic
 
 __all__ = ["TopicStreamWriter", "TopicCommitMessage"]
@@ -84,15 +85,15 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
                 f"topic {path} already holds output of producer {self.producer!r}, but the query's"
                 f" checkpoint {checkpoint} is new: delete the topic too, or restore the checkpoint,"
                 " or use another producer name")
-        self._markers: dict[int, tuple[int | None, bool]] = {}
+        self._markers: dict[int, tuple[int | None, bool, int | None]] = {}
 
-    def _batch_markers(self, batch_id: int) -> tuple[int | None, bool]:
+    def _batch_markers(self, batch_id: int) -> tuple[int | None, bool, int | None]:
         if self.checkpoint is None:
-            return None, False
+            return None, False, None
         got = self._markers.get(batch_id)
         if got is None:
-            got = self._markers[batch_id] = combine_markers(batch_markers(self.checkpoint,
-                                                                          batch_id))
+            offsets = batch_markers(self.checkpoint, batch_id)
+            got = self._markers[batch_id] = (*combine_markers(offsets), combine_step(offsets))
         return got
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TopicCommitMessage:
@@ -109,9 +110,10 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
                 if batch.num_rows == 0:
                     continue
                 if writer is None:
-                    watermark, eos = self._batch_markers(batch_id)
+                    watermark, eos, step = self._batch_markers(batch_id)
                     writer = self.topic.open_temp(producer=self.producer, batch_id=batch_id,
-                                                  part=part, watermark=watermark, eos=eos)
+                                                  part=part, watermark=watermark, eos=eos,
+                                                  step=step)
                 writer.write(batch)
         except BaseException:
             if writer is not None:
@@ -120,9 +122,10 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
         return TopicCommitMessage(writer.close() if writer is not None else None)
 
     def commit(self, messages: list[TopicCommitMessage | None], batchId: int) -> None:
-        watermark, eos = self._batch_markers(batchId)
+        watermark, eos, step = self._batch_markers(batchId)
         temps = [m.temp for m in messages if m is not None and m.temp is not None]
-        self.topic.commit_batch(self.producer, batchId, temps, watermark=watermark, eos=eos)
+        self.topic.commit_batch(self.producer, batchId, temps, watermark=watermark, eos=eos,
+                                step=step)
         self._markers.pop(batchId, None)
 
     def abort(self, messages: list[TopicCommitMessage | None], batchId: int) -> None:

@@ -26,6 +26,8 @@ Options (all optional except ``path``):
 - ``starting``: ``earliest`` (default) or ``latest``.
 - ``consumer``: register as this consumer and commit its position after each batch.
 - ``retention``: ``true`` to delete segments every consumer has passed, after each commit.
+- ``position_column``: add an int64 column of this name holding ``seq << 32 | row index``, the
+  row's position in the topic (the deploy runtime sorts by it after a shuffle).
 """
 
 from __future__ import annotations
@@ -74,12 +76,14 @@ class TopicOffset:
         seq: Sequence number just past the last segment read.
         watermark: Watermark of that segment, None if it had none (or nothing was read).
         eos: Whether that segment ended the upstream stream.
+        step: The producer's progress counter at that segment (``epic deploy``), None if unknown.
     """
 
     topic_id: str
     seq: int
     watermark: int | None = None
     eos: bool = False
+    step: int | None = None
 
     def to_dict(self) -> dict:
         """The JSON-able dict Spark stores; keys in a fixed order, since Spark compares offsets as
@@ -88,13 +92,15 @@ class TopicOffset:
         if self.watermark is not None:
             d["watermark"] = self.watermark
         d["eos"] = self.eos
+        if self.step is not None:
+            d["step"] = self.step
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> TopicOffset:
         """Parse :meth:`to_dict` output."""
         return cls(topic_id=d["epic_topic"], seq=int(d["seq"]), watermark=d.get("watermark"),
-                   eos=bool(d.get("eos", False)))
+                   eos=bool(d.get("eos", False)), step=d.get("step"))
 
     @staticmethod
     def is_topic_offset(d: object) -> bool:
@@ -133,7 +139,11 @@ class TopicDataSource(DataSource):
         """The topic's schema as a Spark schema (read from its manifest)."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(Topic.open(self._path()).schema)
+        schema = Topic.open(self._path()).schema
+        pos = self.options.get("position_column")
+        if pos:
+            schema = schema.append(pa.field(pos, pa.int64(), nullable=False))
+        return from_arrow_schema(schema)
 
     def streamReader(self, schema: StructType) -> TopicStreamReader:
         return TopicStreamReader(Topic.open(self._path()), schema, dict(self.options))
@@ -162,6 +172,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.starting not in ("earliest", "latest"):
             raise EpicError(f"epic_topic source: starting={self.starting!r}; use earliest or latest")
         self.consumer = opts.get("consumer")
+        self.position_column = opts.get("position_column") or None
         self.retention = opts.get("retention", "false").lower() == "true"
         self._target: int | None = None   # available-now end, fixed at prepare time
         self._meta: dict[int, SegmentMeta] = {}
@@ -182,7 +193,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         meta = self._meta.get(last.seq)
         if meta is None:
             meta = self._meta[last.seq] = self.topic.segment_meta(last)
-        return TopicOffset(self.topic.manifest.topic_id, seq, meta.watermark, meta.eos).to_dict()
+        return TopicOffset(self.topic.manifest.topic_id, seq, meta.watermark, meta.eos,
+                           meta.step).to_dict()
 
     def initialOffset(self) -> dict:
         if self.starting == "latest":
@@ -249,9 +261,17 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         schema = to_arrow_schema(self.spark_schema)
         _, batches = self.topic.read_segment(partition.path)
+        row = 0
         for b in batches:
             if b.num_rows:
-                yield pa.RecordBatch.from_arrays(b.columns, schema=schema)
+                cols = b.columns
+                if self.position_column:
+                    import numpy as np
+
+                    cols = cols + [pa.array(np.arange(row, row + b.num_rows, dtype=np.int64)
+                                            + (partition.seq << 32))]
+                row += b.num_rows
+                yield pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 def _opt_int(opts: dict[str, str], key: str) -> int | None:
@@ -283,13 +303,22 @@ def _parse_offset_json(text: str) -> TopicOffset | None:
 
 
 def combine_markers(offsets: Sequence[TopicOffset]) -> tuple[int | None, bool]:
-    """Watermark and end-of-stream of a node fed by ``offsets``: the minimum watermark (unknown if
-    any input's is unknown) and the conjunction of end-of-stream flags."""
+    """Watermark and end-of-stream of a node fed by ``offsets``: the minimum watermark over the
+    inputs that have not ended (unknown if one of them has none; an ended input no longer holds
+    time back, as in a merge), over all inputs once all ended; and the conjunction of
+    end-of-stream flags."""
     if not offsets:
         return None, False
-    wms = [o.watermark for o in offsets]
+    live = [o for o in offsets if not o.eos] or list(offsets)
+    wms = [o.watermark for o in live]
     wm = None if any(w is None for w in wms) else min(wms)
     return wm, all(o.eos for o in offsets)
+
+
+def combine_step(offsets: Sequence[TopicOffset]) -> int | None:
+    """The largest progress counter (``step``) among ``offsets``, None if none carries one."""
+    steps = [o.step for o in offsets if o.step is not None]
+    return max(steps) if steps else None
 
 
 def batch_markers(checkpoint: str, batch_id: int) -> list[TopicOffset]:

@@ -1,0 +1,676 @@
+"""``epic deploy``: every node of a topology a Spark Structured Streaming query, linked by topics.
+
+Layout of a work directory::
+
+    <workdir>/deploy.json            topology name, partitions per keyed node (fixed at first start)
+    <workdir>/topics/<stream>        one Arrow topic per stream (a splitstream: one, with _port)
+    <workdir>/checkpoints/<node>     the node query's Spark checkpoint
+    <workdir>/state/<node>/p<i>/     the node's state snapshots per partition and batch id
+    <workdir>/sinks/<node>           topics behind console and collect sinks
+    <workdir>/status.json            per-node progress, rewritten while the deploy runs
+    <workdir>/STOP                   `epic stop` creates it; the driver stops and exits
+
+Mapping (see ``docs/deploy.md``): a source node is a query over a Python data source wrapping the
+epic source (:mod:`epic.spark.source_query`); map / filter / flat_map / splitstream are
+``mapInArrow`` over their input topic; window, process, merge, combine and a round-robin splitstream
+keep their state in snapshot files (:mod:`epic.spark.tasks`), keyed ones after ``repartition`` by
+key, global ones on one partition; sinks are queries writing files exactly once
+(:mod:`epic.spark.sink_query`) or topics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time as _time
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from epic.errors import EpicError, TopologyError
+from epic.spark.tags import IN, PORT, POS, STEP, WM, topic_schema
+from epic.topics import Topic
+from epic.topology import (CombineNode, FilterNode, FlatMapNode, MapNode, MergeNode, ProcessNode,
+                           SinkNode, SourceNode, SplitNode, Stream, Topology, WindowNode)
+
+__all__ = ["deploy", "DeployResult", "read_status", "request_stop", "plan_modes"]
+
+STATUS = "status.json"
+STOP = "STOP"
+
+
+@dataclass
+class DeployResult:
+    """What a finished deploy produced.
+
+    Attributes:
+        topology: the topology's name.
+        workdir: the work directory.
+        seconds: wall time from the first query start to the last sink's end of stream.
+        collected: tables of ``collect_sink`` sinks, by sink name.
+        status: the final status document (as in ``status.json``).
+    """
+
+    topology: str
+    workdir: str
+    seconds: float
+    collected: dict = field(default_factory=dict)
+    status: dict = field(default_factory=dict)
+
+
+def plan_modes(topology: Topology) -> dict[str, str]:
+    """How each non-source, non-sink node runs: ``stateless``, ``keyed`` or ``global``."""
+    from epic.split import RoundRobin
+
+    out = {}
+    for n in topology.topological_order():
+        if isinstance(n, (SourceNode, SinkNode)):
+            continue
+        if isinstance(n, (MapNode, FilterNode, FlatMapNode)):
+            out[n.name] = "stateless"
+        elif isinstance(n, SplitNode):
+            out[n.name] = "global" if isinstance(n.query, RoundRobin) else "stateless"
+        elif isinstance(n, (WindowNode, ProcessNode)) and n.key:
+            out[n.name] = "keyed"
+        else:
+            out[n.name] = "global"
+    return out
+
+
+def _route_split(node: SplitNode) -> bool:
+    """One topic with a ``_port`` column (all outputs share a schema) or one topic per output."""
+    first = node.outputs[0].schema
+    return all(s.schema.equals(first) for s in node.outputs)
+
+
+def _stream_topic(workdir: str, stream: Stream, topology: Topology) -> tuple[str, int | None]:
+    """Topic path of ``stream`` and the ``_port`` to filter on (None: the topic is the stream)."""
+    node = topology.node(stream.node)
+    if isinstance(node, SplitNode):
+        if _route_split(node):
+            return f"{workdir}/topics/{node.name}", stream.port
+        return f"{workdir}/topics/{node.name}.{stream.port}", None
+    return f"{workdir}/topics/{node.name}", None
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(pa.schema([f.with_nullable(True) for f in schema]))
+
+
+def _user_modules(topology: Topology) -> set[str]:
+    """Modules whose functions the nodes use and that Python workers may not import."""
+    import types
+
+    seen, mods = set(), set()
+
+    def visit(obj, depth):
+        if depth > 4 or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (types.FunctionType, type)):
+            mods.add(getattr(obj, "__module__", None))
+            if isinstance(obj, types.FunctionType):
+                for c in obj.__closure__ or ():
+                    try:
+                        visit(c.cell_contents, depth + 1)
+                    except ValueError:
+                        pass
+            return
+        if isinstance(obj, (str, bytes, int, float, bool, type(None), pa.Schema, pa.DataType)):
+            return
+        if isinstance(obj, (list, tuple)):
+            for x in obj:
+                visit(x, depth + 1)
+            return
+        if isinstance(obj, dict):
+            for x in obj.values():
+                visit(x, depth + 1)
+            return
+        mods.add(type(obj).__module__)
+        d = getattr(obj, "__dict__", None)
+        if d:
+            for x in d.values():
+                visit(x, depth + 1)
+
+    for n in topology.nodes.values():
+        visit(n, 0)
+    out = set()
+    for m in mods:
+        if not m or m in ("builtins",) or m.split(".")[0] in ("epic", "pyarrow", "numpy"):
+            continue
+        mod = sys.modules.get(m)
+        f = getattr(mod, "__file__", None) or ""
+        if mod is not None and "site-packages" not in f and not f.startswith(sys.prefix):
+            out.add(m)
+    return out
+
+
+class _Deploy:
+    def __init__(self, topology: Topology, workdir: str, *, spark, batch_rows: int,
+                 trigger_interval: float, partitions: int):
+        self.t = topology
+        self.workdir = workdir
+        self.spark = spark
+        self.batch_rows = batch_rows
+        self.trigger = f"{max(1, int(trigger_interval * 1000))} milliseconds"
+        self.order = topology.topological_order()
+        self.modes = plan_modes(topology)
+        self.queries: dict[str, object] = {}
+        self.partitions = partitions
+        self.tag = uuid.uuid4().hex[:8]
+        self.sources = [n for n in self.order if isinstance(n, SourceNode)]
+
+    # -- paths -----------------------------------------------------------------------------
+    def ckpt(self, node: str) -> str:
+        return f"{self.workdir}/checkpoints/{node}"
+
+    def out_topic(self, node) -> str:
+        return f"{self.workdir}/topics/{node.name}"
+
+    def sink_topic(self, node) -> str:
+        return f"{self.workdir}/sinks/{node.name}"
+
+    # -- topics ----------------------------------------------------------------------------
+    def create_topics(self) -> None:
+        for n in self.order:
+            if isinstance(n, SinkNode):
+                continue
+            if isinstance(n, SplitNode) and _route_split(n):
+                specs = [(self.out_topic(n), topic_schema(n.outputs[0].schema, port=True),
+                          n.outputs[0])]
+            elif isinstance(n, SplitNode):
+                specs = [(f"{self.workdir}/topics/{n.name}.{s.port}", topic_schema(s.schema), s)
+                         for s in n.outputs]
+            else:
+                specs = [(self.out_topic(n), topic_schema(n.output.schema), n.output)]
+            for path, schema, s in specs:
+                try:
+                    Topic.create(path, schema, time_column=s.time, time_unit=s.unit,
+                                 exist_ok=True)
+                except TopologyError as exc:
+                    raise TopologyError(
+                        f"node {n.name!r}: its topic {path} was created by an earlier deploy with "
+                        f"another schema ({exc}). The topology changed: deploy into a fresh "
+                        "--workdir (or delete this one)") from None
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(self, stream: Stream, *, position: bool = False):
+        from pyspark.sql import functions as F
+
+        from epic.spark.topic_source import FORMAT, register
+
+        register(self.spark)
+        path, port = _stream_topic(self.workdir, stream, self.t)
+        r = (self.spark.readStream.format(FORMAT).option("path", path)
+             .option("max_rows_per_trigger", str(self.batch_rows)))
+        if position:
+            r = r.option("position_column", POS)
+        df = r.load()
+        if port is not None:
+            df = df.filter(F.col(PORT) == port).drop(PORT)
+        return df, Topic.open(path).manifest.topic_id
+
+    def write(self, df, node, path: str):
+        from epic.spark import write_topic
+
+        m = Topic.open(path).manifest
+        return (write_topic(df, path, producer=node.name, checkpoint=self.ckpt(node.name),
+                            time_column=m.time_column, time_unit=m.time_unit,
+                            query_name=f"{node.name}")
+                .trigger(processingTime=self.trigger))
+
+    # -- queries ---------------------------------------------------------------------------
+    def source_query(self, node: SourceNode):
+        from epic.spark.source_query import make_source_data_source
+
+        name = f"epic_source_{self.tag}_{node.name.replace('-', '_')}"
+        schema = topic_schema(node.output.schema)
+        cls = make_source_data_source(node, name=name, schema=schema,
+                                      source_index=self.sources.index(node),
+                                      n_sources=len(self.sources), batch_rows=self.batch_rows,
+                                      parallelism=self.partitions)
+        self.spark.dataSource.register(cls)
+        df = self.spark.readStream.format(name).load()
+        return self.write(df, node, self.out_topic(node))
+
+    def node_query(self, node):
+        from pyspark.sql import functions as F
+
+        from epic.spark.tasks import TaskSpec, node_function
+
+        mode = self.modes[node.name]
+        position = mode != "stateless"
+        dfs, ids = [], []
+        for i, s in enumerate(node.inputs):
+            df, tid = self.read(s, position=position)
+            if isinstance(node, MergeNode):
+                df = df.withColumn(IN, F.lit(i).cast("long"))
+            dfs.append(df)
+            ids.append(tid)
+        df = dfs[0]
+        for other in dfs[1:]:
+            df = df.unionByName(other)
+        if mode == "keyed":
+            df = df.repartition(self.partitions, *[F.col(k) for k in node.key])
+        elif mode == "global":
+            df = df.coalesce(1)
+        writers = []
+        if isinstance(node, SplitNode) and not _route_split(node):
+            targets = [(s.port, f"{self.workdir}/topics/{node.name}.{s.port}", s)
+                       for s in node.outputs]
+        else:
+            targets = [(None, self.out_topic(node), None)]
+        for port, path, _s in targets:
+            out_schema = Topic.open(path).schema
+            spec = TaskSpec(node=node, mode=mode, in_schemas=[s.schema for s in node.inputs],
+                            out_schema=out_schema, input_topics=ids,
+                            checkpoint=self.ckpt(node.name if port is None
+                                                 else f"{node.name}.{port}"),
+                            state_dir=f"{self.workdir}/state/{node.name}"
+                            + ("" if port is None else f".{port}"),
+                            port=port, workdir=self.workdir)
+            out = df.mapInArrow(node_function(spec), _spark_schema(out_schema))
+            if port is None:
+                writers.append((node.name, self.write(out, node, path)))
+            else:
+                from epic.spark import write_topic
+
+                m = Topic.open(path).manifest
+                w = (write_topic(out, path, producer=node.name,
+                                 checkpoint=self.ckpt(f"{node.name}.{port}"),
+                                 time_column=m.time_column, time_unit=m.time_unit,
+                                 query_name=f"{node.name}.{port}")
+                     .trigger(processingTime=self.trigger))
+                writers.append((f"{node.name}.{port}", w))
+        return writers
+
+    def sink_query(self, node: SinkNode):
+        from pyspark.sql import functions as F
+
+        from epic.sinks import CollectSink, ConsoleSink, CsvSink, ParquetSink, TopicSink
+        from epic.spark.sink_query import make_file_sink_data_source
+
+        sink = node.sink
+        df, _ = self.read(node.input)
+        if isinstance(sink, (CsvSink, ParquetSink)):
+            name = f"epic_sink_{self.tag}_{node.name.replace('-', '_')}"
+            cls = make_file_sink_data_source(node, name=name, checkpoint=self.ckpt(node.name),
+                                             workdir=self.workdir)
+            self.spark.dataSource.register(cls)
+            return (df.writeStream.format(name)
+                    .option("checkpointLocation", self.ckpt(node.name))
+                    .queryName(node.name).trigger(processingTime=self.trigger))
+        out = sink.output_schema(node.input.schema)
+        cols = []
+        for f in out:
+            if sink.delays and f.name == sink.delay_columns[0]:
+                cols.append(F.col("_entry").alias(f.name))
+            elif sink.delays and f.name == sink.delay_columns[1]:
+                cols.append((F.unix_micros(F.current_timestamp()) * 1000).alias(f.name))
+            else:
+                cols.append(F.col(f.name))
+        df = df.select(*cols)
+        path = sink.path if isinstance(sink, TopicSink) else self.sink_topic(node)
+        assert isinstance(sink, (TopicSink, ConsoleSink, CollectSink))
+        Topic.create(path, out, time_column=node.input.time if node.input.time in out.names
+                     else None, time_unit=node.input.unit, exist_ok=True)
+        return self.write(df, node, path)
+
+    def start_all(self, on_started=None) -> None:
+        for n in self.order:
+            if isinstance(n, SourceNode):
+                writers = [(n.name, self.source_query(n))]
+            elif isinstance(n, SinkNode):
+                writers = [(n.name, self.sink_query(n))]
+            else:
+                writers = self.node_query(n)
+            for qname, w in writers:
+                q = w.start()
+                self.queries[qname] = q
+                self._await_first(q)
+                if on_started:
+                    on_started()
+
+    def _await_first(self, q, timeout: float = 20.0) -> None:
+        # Starting two queries at the same instant can kill both (spark-notes pitfall 5).
+        deadline = _time.monotonic() + timeout
+        while _time.monotonic() < deadline:
+            if q.exception() is not None or not q.isActive:
+                return
+            if q.recentProgress:
+                return
+            _time.sleep(0.05)
+
+    # -- completion ------------------------------------------------------------------------
+    def sink_done(self, node: SinkNode) -> bool:
+        from epic.sinks import CsvSink, ParquetSink, TopicSink
+        from epic.spark.sink_query import read_sidecar
+
+        sink = node.sink
+        if isinstance(sink, (CsvSink, ParquetSink)):
+            rec = read_sidecar(os.path.abspath(sink.path))
+            return bool(rec and rec.get("eos"))
+        path = sink.path if isinstance(sink, TopicSink) else self.sink_topic(node)
+        try:
+            return Topic.open(path).status().eos
+        except EpicError:
+            return False
+
+    def failure(self) -> EpicError | None:
+        for name, q in self.queries.items():
+            exc = q.exception()
+            if exc is not None:
+                return EpicError(_explain(name, exc))
+        return None
+
+    def stop(self) -> None:
+        for q in self.queries.values():
+            try:
+                q.stop()
+            except Exception:  # noqa: BLE001 - stopping is best effort
+                pass
+
+
+_CAUSE = re.compile(r"(?:epic\.errors\.)?(NodeFailure|TopologyError|InputError|SpecError|"
+                    r"StateError|EpicError): (.+)")
+
+
+def _explain(query: str, exc) -> str:
+    text = str(exc)
+    m = _CAUSE.search(text)
+    if m:
+        return f"{m.group(1)}: {m.group(2).strip()} (query of node {query!r})"
+    first = next((ln for ln in text.splitlines() if ln.strip()), text)
+    last = [ln for ln in text.splitlines() if re.match(r"^\w+(\.\w+)*(Error|Exception): ", ln)]
+    cause = last[-1] if last else first
+    return f"query of node {query!r} failed: {cause.strip()[:500]}"
+
+
+# -- status ------------------------------------------------------------------------------------
+
+def _atomic_json(path: str, doc: dict) -> None:
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def read_status(workdir: str) -> dict:
+    """The status document a deploy keeps in ``<workdir>/status.json``."""
+    p = os.path.join(workdir, STATUS)
+    try:
+        with open(p) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise EpicError(f"{workdir}: no {STATUS}; is this the --workdir of an epic deploy?") \
+            from None
+
+
+def request_stop(workdir: str) -> None:
+    """Ask the deploy running in ``workdir`` to stop (it polls for the file)."""
+    if not os.path.isdir(workdir):
+        raise EpicError(f"{workdir}: no such work directory")
+    with open(os.path.join(workdir, STOP), "w") as f:
+        f.write(str(_time.time()))
+
+
+class _Stats:
+    def __init__(self, d: _Deploy):
+        self.d = d
+        self.rows_in: dict[str, dict[int, int]] = {}
+        self.last: dict[str, dict] = {}
+
+    def update(self) -> None:
+        for name, q in self.d.queries.items():
+            seen = self.rows_in.setdefault(name, {})
+            try:
+                prog = q.recentProgress
+            except Exception:  # noqa: BLE001 - a stopped query
+                prog = []
+            for p in prog:
+                seen[int(p["batchId"])] = int(p.get("numInputRows") or 0)
+            if prog:
+                self.last[name] = prog[-1]
+
+    def doc(self, state: str, elapsed: float, error: str | None = None) -> dict:
+        from epic.spark.topic_source import offsets_from_progress
+
+        nodes = {}
+        for name, q in self.d.queries.items():
+            p = self.last.get(name) or {}
+            offs = offsets_from_progress(p)
+            wms = [o.watermark for o in offs if o.watermark is not None]
+            node = self.d.t.nodes.get(name.split(".")[0])
+            rows_out = None
+            if node is not None and not isinstance(node, SinkNode):
+                rows_out = _topic_rows(self.d, node)
+            nodes[name] = {
+                "kind": node.kind if node is not None else "?",
+                "mode": self.d.modes.get(name.split(".")[0], node.kind if node else "?"),
+                "rows_in": sum(self.rows_in.get(name, {}).values()),
+                "rows_out": rows_out,
+                "rows_per_s": round(float(p.get("processedRowsPerSecond") or 0.0), 1),
+                "batch_ms": (p.get("durationMs") or {}).get("triggerExecution"),
+                "batches": len(self.rows_in.get(name, {})),
+                "watermark": min(wms) if wms else None,
+                "ended": bool(offs) and all(o.eos for o in offs),
+                "active": bool(q.isActive),
+            }
+        return {"topology": self.d.t.name, "state": state, "pid": os.getpid(),
+                "elapsed_s": round(elapsed, 3), "updated": _time.time(), "error": error,
+                "nodes": nodes}
+
+
+def _topic_rows(d: _Deploy, node) -> int:
+    total = 0
+    paths = ([f"{d.workdir}/topics/{node.name}.{s.port}" for s in node.outputs]
+             if isinstance(node, SplitNode) and not _route_split(node) else [d.out_topic(node)])
+    for p in paths:
+        try:
+            total += sum(s.rows for s in Topic.open(p).segments() if s.producer == node.name)
+        except EpicError:
+            pass
+    return total
+
+
+def status_table(doc: dict):
+    """A rich table of a status document."""
+    from rich.table import Table
+
+    tab = Table(title=f"{doc.get('topology')}: {doc.get('state')} {doc.get('elapsed_s', 0):.1f} s",
+                title_justify="left")
+    for col in ("node", "kind", "rows in", "rows out", "rows/s", "batch ms", "watermark", "state"):
+        tab.add_column(col, justify="left" if col in ("node", "kind", "state") else "right")
+    for name, n in doc.get("nodes", {}).items():
+        tab.add_row(name, str(n.get("mode") or n.get("kind")), f"{n['rows_in']:,}",
+                    "-" if n.get("rows_out") is None else f"{n['rows_out']:,}",
+                    f"{n['rows_per_s']:,.0f}", str(n.get("batch_ms") or "-"),
+                    "-" if n.get("watermark") is None else str(n["watermark"]),
+                    "ended" if n.get("ended") else ("running" if n.get("active") else "stopped"))
+    return tab
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+def _check_workdir(workdir: str) -> str:
+    wd = os.path.abspath(workdir)
+    try:
+        os.makedirs(wd, exist_ok=True)
+        probe = os.path.join(wd, f".probe-{uuid.uuid4().hex}")
+        with open(probe, "w") as f:
+            f.write("x")
+        os.remove(probe)
+    except OSError as exc:
+        raise EpicError(f"work directory {workdir} is not writable ({exc.strerror or exc}); "
+                        "choose another --workdir") from None
+    return wd
+
+
+def _manifest(wd: str, topology: Topology, partitions: int) -> int:
+    p = os.path.join(wd, "deploy.json")
+    if os.path.exists(p):
+        with open(p) as f:
+            m = json.load(f)
+        if m.get("topology") != topology.name:
+            raise EpicError(f"{wd} holds a deploy of topology {m.get('topology')!r}, not "
+                            f"{topology.name!r}; use another --workdir")
+        return int(m["partitions"])
+    _atomic_json(p, {"topology": topology.name, "partitions": partitions,
+                     "nodes": [n.name for n in topology.topological_order()]})
+    return partitions
+
+
+def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: bool = False,
+           fuse: bool = False, progress: bool = False, console=None, spark=None,
+           batch_rows: int = 1_000_000, partitions: int | None = None,
+           trigger_interval: float = 0.1, poll_interval: float = 0.25,
+           timeout: float | None = None) -> DeployResult:
+    """Run ``topology`` on Spark, one streaming query per node, until every sink has ended.
+
+    A finite input ends by itself: the call returns once every sink committed its end of stream.
+    A live input runs until :func:`request_stop` (``epic stop WORKDIR``). Rerunning with the same
+    ``workdir`` after a crash resumes from the checkpoints; outputs are exactly once.
+
+    Args:
+        topology: the topology.
+        workdir: work directory (topics, checkpoints, state, status).
+        master: Spark master URL (default ``local[*]``); with a cluster, ``workdir`` must be on
+            storage every executor sees.
+        ui: start the Spark UI.
+        fuse: reserved: adjacent stateless nodes in one query (not implemented; ignored).
+        progress: show a live per-node table (rich).
+        console: rich console for progress (default: standard error).
+        spark: an existing SparkSession to use (tests share one).
+        batch_rows: rows per micro-batch read from a source or topic.
+        partitions: partitions of keyed stateful nodes (default: the session's
+            ``spark.sql.shuffle.partitions``); fixed at the first start of ``workdir``.
+        trigger_interval: seconds between micro-batch triggers of each query.
+        poll_interval: seconds between status updates of the driver.
+        timeout: give up (stop, raise) after this many seconds.
+
+    Raises:
+        EpicError: Java missing or too old, an unwritable work directory, a topic whose schema
+            changed, or a node that failed (:class:`~epic.errors.NodeFailure` text: node,
+            function, micro-batch).
+    """
+    from pyspark import cloudpickle
+
+    del fuse
+    topology.validate(warn=False)
+    wd = _check_workdir(workdir)
+    for sub in ("topics", "checkpoints", "state", "sinks"):
+        os.makedirs(os.path.join(wd, sub), exist_ok=True)
+    try:
+        os.remove(os.path.join(wd, STOP))
+    except FileNotFoundError:
+        pass
+    if spark is None:
+        from epic.spark.session import build_session
+
+        spark = build_session(master, ui=ui)
+    if partitions is None:
+        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    partitions = _manifest(wd, topology, partitions)
+    for m in _user_modules(topology):
+        try:
+            cloudpickle.register_pickle_by_value(sys.modules[m])
+        except (ValueError, KeyError):
+            pass
+    d = _Deploy(topology, wd, spark=spark, batch_rows=batch_rows,
+                trigger_interval=trigger_interval, partitions=partitions)
+    d.create_topics()
+    stats = _Stats(d)
+    status_path = os.path.join(wd, STATUS)
+    live = None
+    if progress:
+        from rich.console import Console
+        from rich.live import Live
+
+        live = Live(status_table(stats.doc("starting", 0.0)),
+                    console=console or Console(stderr=True), refresh_per_second=4,
+                    transient=False)
+        live.start()
+    start = _time.perf_counter()
+    sinks = [n for n in d.order if isinstance(n, SinkNode)]
+    printed: dict[str, int] = {}
+    state, error = "running", None
+    try:
+        d.start_all()
+        while True:
+            elapsed = _time.perf_counter() - start
+            stats.update()
+            _print_console(d, sinks, printed)
+            exc = d.failure()
+            if exc is not None:
+                state, error = "failed", str(exc)
+                raise exc
+            if all(d.sink_done(n) for n in sinks):
+                state = "finished"
+                break
+            if os.path.exists(os.path.join(wd, STOP)):
+                state = "stopped"
+                break
+            if timeout is not None and elapsed > timeout:
+                state, error = "failed", f"timed out after {timeout} s"
+                raise EpicError(f"deploy of {topology.name!r} timed out after {timeout} s")
+            doc = stats.doc(state, elapsed)
+            _atomic_json(status_path, doc)
+            if live is not None:
+                live.update(status_table(doc))
+            _time.sleep(poll_interval)
+    finally:
+        elapsed = _time.perf_counter() - start
+        try:
+            stats.update()
+            _print_console(d, sinks, printed)
+            doc = stats.doc(state if state != "running" else "failed", elapsed, error)
+        except Exception:  # noqa: BLE001 - the status must not mask the real error
+            doc = {"topology": topology.name, "state": "failed", "error": error, "nodes": {}}
+        d.stop()
+        _atomic_json(status_path, doc)
+        if live is not None:
+            live.update(status_table(doc))
+            live.stop()
+    collected = {}
+    from epic.sinks import CollectSink
+
+    for n in sinks:
+        if isinstance(n.sink, CollectSink):
+            t = Topic.open(d.sink_topic(n)).read_table()
+            collected[n.name] = t
+    return DeployResult(topology.name, wd, elapsed, collected, doc)
+
+
+def _print_console(d: _Deploy, sinks, printed: dict) -> None:
+    from epic.sinks import ConsoleSink
+
+    for n in sinks:
+        if not isinstance(n.sink, ConsoleSink):
+            continue
+        path = d.sink_topic(n)
+        mark = os.path.join(path, "printed")
+        if n.name not in printed:
+            try:
+                printed[n.name] = int(open(mark).read())
+            except (FileNotFoundError, ValueError):
+                printed[n.name] = 0
+        try:
+            topic = Topic.open(path)
+        except EpicError:
+            continue
+        names = topic.schema.names
+        for seg, _, batches in topic.read(printed[n.name]):
+            for b in batches:
+                for row in b.to_pylist():
+                    print(f"[{n.name}] " + "\t".join(
+                        repr(row[c]) if isinstance(row[c], float) else
+                        ("" if row[c] is None else str(row[c])) for c in names))
+            printed[n.name] = seg.seq + 1
+            with open(mark, "w") as f:
+                f.write(str(printed[n.name]))
+        sys.stdout.flush()

@@ -1,0 +1,225 @@
+"""Sink nodes as Spark streaming queries: CSV and Parquet files, exactly once.
+
+**CSV** (one file, as ``epic run`` writes it). Each task of micro-batch ``B`` formats its rows with
+:class:`epic.csvio.CsvWriter` into a temp part file and returns its path. The driver's
+``commit(messages, B)``:
+
+1. reads the sidecar ``<file>.epic/commit.json`` (last committed batch id and the file length
+   after it); a ``B`` at or below it is a replay: the temps are deleted, nothing else happens;
+2. truncates the file to the recorded length (cutting off a half-done append of a crashed
+   commit), appends the parts in part order, fsyncs;
+3. writes the sidecar ``(B, new length, end of stream?)`` atomically (temp + rename).
+
+A crash before (3) leaves the sidecar at ``B - 1``: the replay of ``B`` truncates and appends
+again. A crash after (3) but before Spark's commit log makes the replay a no-op. So every row is
+in the file exactly once. The header is written by the first commit.
+
+**Parquet** (one file, complete when the input ends). Tasks write ``parts/b<B>.p<part>.parquet``
+(temp + rename: a replay overwrites the same names); the commit that sees the end of the stream
+concatenates the parts, in order, into a temp file renamed to the final path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from epic.spark.crash import crash_point
+from epic.spark.session import freeze_gc_once
+
+__all__ = ["make_file_sink_data_source", "read_sidecar"]
+
+
+@dataclass(frozen=True)
+class _Part(WriterCommitMessage):
+    path: str | None
+    part: int
+    rows: int
+
+
+def read_sidecar(path: str) -> dict | None:
+    """The commit record of a file sink (None before its first commit)."""
+    try:
+        with open(os.path.join(path + ".epic", "commit.json")) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _write_sidecar(path: str, record: dict) -> None:
+    d = path + ".epic"
+    tmp = os.path.join(d, f".commit.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(d, "commit.json"))
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str):
+    """A ``DataSource`` class (registered as ``name``) writing sink node ``node``'s CSV/Parquet file.
+
+    Args:
+        node: the :class:`~epic.topology.SinkNode` (a CSV or Parquet sink).
+        name: format name.
+        checkpoint: the sink query's checkpoint location (for the end-of-stream marker).
+        workdir: the deploy's work directory (crash-point counters).
+    """
+    from epic.sinks import CsvSink, ParquetSink
+
+    sink = node.sink
+    stream = node.input
+    path = os.path.abspath(sink.path)
+    meta = path + ".epic"
+    is_csv = isinstance(sink, CsvSink)
+    if not is_csv and not isinstance(sink, ParquetSink):
+        raise TypeError(f"not a file sink: {sink!r}")
+
+    def shaped(batches, batch_id):
+        from epic.sinks import SinkOperator
+
+        op = SinkOperator(sink, stream.schema, stream.time, stream.unit, node=node.name)
+        got = []
+
+        class _Collect:
+            table = None
+
+            def write(self, b, wm):
+                got.append(b)
+
+            def close(self, wm):
+                pass
+        op._writer = _Collect()
+        for b in batches:
+            if b.num_rows:
+                cols = [b.column(f.name) if b.column(f.name).type == f.type
+                        else b.column(f.name).cast(f.type) for f in stream.schema]
+                op.on_batch(pa.RecordBatch.from_arrays(cols, schema=stream.schema))
+        return op.output_schema, got
+
+    class _Writer(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            freeze_gc_once()
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+            part = ctx.partitionId()
+            schema, batches = shaped(iterator, batch_id)
+            rows = sum(b.num_rows for b in batches)
+            if not rows:
+                return _Part(None, part, 0)
+            os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
+            if is_csv:
+                from epic.csvio import CsvWriter
+
+                tmp = os.path.join(meta, "_tmp", f"b{batch_id}.p{part}.{uuid.uuid4().hex}.csv")
+                with CsvWriter(tmp, columns=schema.names, header=False, delimiter=sink.delimiter,
+                               float_format=sink.float_format) as w:
+                    for b in batches:
+                        w.write(b)
+                _fsync(tmp)
+                return _Part(tmp, part, rows)
+            import pyarrow.parquet as pq
+
+            os.makedirs(os.path.join(meta, "parts"), exist_ok=True)
+            final = os.path.join(meta, "parts", f"b{batch_id:012d}.p{part:05d}.parquet")
+            tmp = os.path.join(meta, "_tmp", f"{uuid.uuid4().hex}.parquet")
+            pq.write_table(pa.Table.from_batches(batches, schema=schema), tmp)
+            os.replace(tmp, final)
+            return _Part(final, part, rows)
+
+        def commit(self, messages, batchId):
+            from epic.spark.topic_source import batch_markers, combine_markers
+
+            _, eos = combine_markers(batch_markers(checkpoint, batchId))
+            parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.part)
+            os.makedirs(meta, exist_ok=True)
+            rec = read_sidecar(path)
+            if rec is not None and batchId <= rec["batch"]:
+                if is_csv:
+                    for m in parts:
+                        _remove(m.path)
+                return
+            rows = (rec or {}).get("rows", 0) + sum(m.rows for m in parts)
+            if is_csv:
+                if rec is None:
+                    from epic.csvio import CsvWriter
+
+                    names = sink.output_schema(stream.schema).names
+                    CsvWriter(path, columns=names, header=sink.header,
+                              delimiter=sink.delimiter).close()
+                    if not os.path.exists(path):
+                        open(path, "wb").close()
+                    length = os.path.getsize(path)
+                else:
+                    length = rec["length"]
+                with open(path, "r+b") as f:
+                    f.truncate(length)
+                    f.seek(length)
+                    for i, m in enumerate(parts):
+                        with open(m.path, "rb") as src:
+                            while True:
+                                chunk = src.read(1 << 20)
+                                if not chunk:
+                                    break
+                                f.write(chunk)
+                        if i == 0:
+                            crash_point("sink-commit", workdir)
+                    f.flush()
+                    os.fsync(f.fileno())
+                    length = f.tell()
+                _write_sidecar(path, {"batch": batchId, "length": length, "eos": eos,
+                                      "rows": rows})
+                for m in parts:
+                    _remove(m.path)
+                return
+            if eos:
+                import pyarrow.parquet as pq
+
+                schema = sink.output_schema(stream.schema)
+                pdir = os.path.join(meta, "parts")
+                names = sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []
+                tmp = os.path.join(meta, f".final.{uuid.uuid4().hex}.parquet")
+                with pq.ParquetWriter(tmp, schema) as w:
+                    for n in names:
+                        for b in pq.read_table(os.path.join(pdir, n)).to_batches():
+                            w.write_batch(pa.RecordBatch.from_arrays(b.columns, schema=schema))
+                os.replace(tmp, path)
+            _write_sidecar(path, {"batch": batchId, "length": 0, "eos": eos, "rows": rows})
+
+        def abort(self, messages, batchId):
+            if is_csv:
+                for m in messages or []:
+                    if m is not None and m.path:
+                        _remove(m.path)
+
+    class _Sink(DataSource):
+        @classmethod
+        def name(cls):
+            return name
+
+        def streamWriter(self, schema, overwrite):
+            return _Writer()
+
+    return _Sink
+
+
+def _remove(p: str) -> None:
+    try:
+        os.remove(p)
+    except OSError:
+        pass

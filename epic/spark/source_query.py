@@ -1,0 +1,279 @@
+"""A source node as a Spark streaming query: a Python data source wrapping any epic source.
+
+The reader's *planner* (Spark runs the driver-side methods in one long-lived Python process per
+query) opens the epic source and pulls its items in order, as the in-process runner does; it
+stamps ``_entry`` (delay logging) and the bookkeeping columns of :mod:`epic.spark.tags`, and hands
+the batches to executor tasks inside the input partitions (Arrow IPC bytes). An **offset** is the
+number of source items consumed, plus the watermark, end-of-stream flag, step and largest event
+time at that point (a :class:`~epic.spark.topic_source.TopicOffset`-shaped dict, so the topic sink
+and downstream nodes read the markers from the offset log like any topic's).
+
+Replay: after a restart Spark asks for the partitions of the last planned batch again; the planner
+re-opens the source and skips the items before it (sources are deterministic: files, or a generator
+function re-run from the start). A live (unbounded) source is pulled by a background thread so
+that planning never blocks on it.
+
+Watermarks follow the runner exactly: after every batch the largest event time seen minus the
+source's lateness (forwarded only when it grows); an :class:`epic.sources.Watermark` item forwards
+its time; when the source is exhausted, ``max + 1`` and the end of the stream.
+"""
+
+from __future__ import annotations
+
+import threading
+import time as _time
+from collections import deque
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from epic.errors import EpicError
+from epic.operator import ENTRY_COLUMN
+from epic.spark.session import freeze_gc_once
+from epic.spark.tags import NO_WM, PHASE_ROWS, tag, with_tags
+
+__all__ = ["make_source_data_source"]
+
+
+class _Items:
+    """Pulls a source's items in order, optionally on a background thread (live sources)."""
+
+    def __init__(self, source, threaded: bool):
+        self._it = iter(source.open())
+        self.threaded = threaded
+        self.exhausted = False
+        self.error: BaseException | None = None
+        if threaded:
+            self._q: deque = deque()
+            self._lock = threading.Lock()
+            self._t = threading.Thread(target=self._pump, daemon=True)
+            self._t.start()
+
+    def _pump(self):
+        try:
+            for item in self._it:
+                while len(self._q) > 64:
+                    _time.sleep(0.01)
+                self._q.append(item)
+        except BaseException as exc:  # noqa: BLE001 - reported to the planner
+            self.error = exc
+        self.exhausted_pending = True
+        self._q.append(StopIteration)
+
+    def take(self, block: bool):
+        """The next item, ``StopIteration`` at the end, or None if a live source has none yet."""
+        if not self.threaded:
+            try:
+                return next(self._it)
+            except StopIteration:
+                return StopIteration
+        deadline = _time.monotonic() + (30.0 if block else 0.05)
+        while not self._q:
+            if _time.monotonic() > deadline:
+                return None
+            _time.sleep(0.002)
+        item = self._q.popleft()
+        if item is StopIteration and self.error is not None:
+            raise self.error
+        return item
+
+
+class _SourcePartition(InputPartition):
+    """Rows of a range of source items, as Arrow IPC bytes (shipped to a task, never stored)."""
+
+    def __init__(self, index: int, payload: bytes):
+        super().__init__(index)
+        self.payload = payload
+
+
+def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index: int,
+                            n_sources: int, batch_rows: int, parallelism: int):
+    """A ``DataSource`` class (registered under ``name``) reading ``node``'s source.
+
+    Args:
+        node: the :class:`~epic.topology.SourceNode`.
+        name: the data source's format name (unique per node).
+        schema: the topic schema (stream columns + bookkeeping columns).
+        source_index, n_sources: position of the node among the topology's sources (steps).
+        batch_rows: rows per micro-batch (whole source batches; at least one).
+        parallelism: at most this many partitions per micro-batch.
+    """
+    src = node.source
+    user_schema = node.output.schema
+    entry = ENTRY_COLUMN in user_schema.names
+    lateness = src.lateness_ticks()
+    time_col = src.time
+    source_id = f"source:{node.name}"
+    bounded = bool(getattr(src, "bounded", True))
+
+    def offset(seq, wm, eos, step, mx):
+        d = {"epic_topic": source_id, "seq": seq}
+        if wm is not None:
+            d["watermark"] = wm
+        d["eos"] = eos
+        if step is not None:
+            d["step"] = step
+        if mx is not None:
+            d["max"] = mx
+        return d
+
+    class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self):
+            self._items = None       # _Items, positioned at self._next
+            self._next = 0
+            self._wm = None          # forwarded watermark after item self._next - 1
+            self._max = None
+            self._done = False
+            self._planned: dict[int, tuple] = {}   # item index -> (rows, tagged batch)
+
+        def __getstate__(self):
+            # Executors need nothing of the planner's state (open source, planned batches).
+            return {}
+
+        def __setstate__(self, state):
+            self.__init__()
+
+        # -- planner ----------------------------------------------------------------------
+        def initialOffset(self):
+            return offset(0, None, False, None, None)
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            return ReadMaxRows(batch_rows)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def _seek(self, start: dict):
+            seq = int(start["seq"])
+            if self._items is not None and self._next == seq:
+                return
+            self._items = _Items(src, threaded=not bounded)
+            for _ in range(seq):
+                item = self._items.take(block=True)
+                if item is StopIteration:
+                    break
+            self._next = seq
+            self._wm = start.get("watermark")
+            self._max = start.get("max")
+            self._done = bool(start.get("eos", False))
+            self._planned = {k: v for k, v in self._planned.items() if k >= seq}
+
+        def _pull(self, block: bool):
+            """Plan the next item; False if none is available (or the source ended)."""
+            if self._done:
+                return False
+            item = self._items.take(block)
+            if item is None:
+                return False
+            idx = self._next
+            if item is StopIteration:
+                self._done = True
+                if self._max is not None:
+                    self._wm = self._max + 1 if self._wm is None else max(self._wm, self._max + 1)
+                return False
+            self._next += 1
+            step = idx * n_sources + source_index
+            wm_before = self._wm
+            if type(item).__name__ == "Watermark" and hasattr(item, "time"):
+                t = int(item.time)
+                if self._wm is None or t > self._wm:
+                    self._wm = t
+                self._planned[idx] = (0, None)
+                return True
+            if not isinstance(item, pa.RecordBatch) or item.num_rows == 0:
+                self._planned[idx] = (0, None)
+                return True
+            b = item
+            if entry:
+                now = _time.time_ns()
+                b = b.append_column(ENTRY_COLUMN, pa.array(np.full(b.num_rows, now,
+                                                                    dtype=np.int64)))
+            b = pa.RecordBatch.from_arrays(b.columns, schema=user_schema)
+            times = b.column(time_col)
+            if times.null_count:
+                raise EpicError(f"source {node.name!r}: event-time column {time_col!r} has "
+                                "nulls; declare it non-nullable or filter such rows")
+            mx = int(np.max(times.to_numpy(zero_copy_only=False)))
+            self._max = mx if self._max is None else max(self._max, mx)
+            cand = self._max - lateness
+            if self._wm is None or cand > self._wm:
+                self._wm = cand
+            self._planned[idx] = (b.num_rows, with_tags(b, schema, tag(step, PHASE_ROWS),
+                                                        wm_before))
+            return True
+
+        def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+            self._seek(start)
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            rows = 0
+            block = True
+            while max_rows is None or rows < max_rows:
+                if not self._pull(block):
+                    break
+                rows += self._planned[self._next - 1][0]
+                block = bounded
+            last_step = None if self._next == 0 else (self._next - 1) * n_sources + source_index
+            return offset(self._next, self._wm, self._done, last_step, self._max)
+
+        def partitions(self, start: dict, end: dict):
+            a, b = int(start["seq"]), int(end["seq"])
+            if any(i not in self._planned for i in range(a, b)):
+                # A replay after a restart: regenerate the items of this batch.
+                self._items = None
+                self._seek(start)
+                while self._next < b and self._pull(True):
+                    pass
+            batches = [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
+            if not batches:
+                return [_SourcePartition(0, b"")]
+            total = sum(x.num_rows for x in batches)
+            per = max(1, -(-total // max(1, parallelism)))
+            parts, cur, n = [], [], 0
+            for x in batches:
+                cur.append(x)
+                n += x.num_rows
+                if n >= per:
+                    parts.append(cur)
+                    cur, n = [], 0
+            if cur:
+                parts.append(cur)
+            out = []
+            for i, group in enumerate(parts):
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, schema) as w:
+                    for x in group:
+                        w.write_batch(x)
+                out.append(_SourcePartition(i, sink.getvalue().to_pybytes()))
+            return out
+
+        def commit(self, end: dict) -> None:
+            seq = int(end["seq"])
+            for k in [k for k in self._planned if k < seq]:
+                del self._planned[k]
+
+        # -- executor ---------------------------------------------------------------------
+        def read(self, partition: _SourcePartition) -> Iterator[pa.RecordBatch]:
+            freeze_gc_once()
+            if not partition.payload:
+                return
+            for b in pa.ipc.open_stream(partition.payload):
+                yield b
+
+    class _Source(DataSource):
+        @classmethod
+        def name(cls):
+            return name
+
+        def schema(self):
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            return from_arrow_schema(schema)
+
+        def streamReader(self, schema):
+            return _Reader()
+
+    _Source.__name__ = f"EpicSource_{node.name.replace('-', '_')}"
+    return _Source

@@ -1,0 +1,331 @@
+"""What runs inside Spark tasks for a node: the ``mapInArrow`` functions and the state store.
+
+**Stateless nodes** (map, filter, flat_map, a splitstream without round robin) run their operator
+on every run of equal bookkeeping tags (:mod:`epic.spark.tags`) of a partition, so a user function
+sees the very batches the in-process runner gives it, and output rows keep the tags.
+
+**Stateful nodes** (window, process, merge, combine, a round-robin splitstream) keep their state
+themselves: per ``(node, partition, batch id)`` a snapshot file (msgpack from
+:meth:`epic.operator.Operator.snapshot`, wrapped with the watermarks applied so far). A task of
+micro-batch ``B`` restores the newest snapshot with a batch id *below* ``B``, sorts its rows back
+into stream order (``_step``, input, position in the input topic: a shuffle interleaves map outputs
+arbitrarily), replays them as the runner would, applies the batch's watermark / end-of-stream
+markers (read from the query's offset log), writes the snapshot for ``B`` atomically and returns
+the output. A replayed batch restores the same snapshot and sees the same rows, so it produces the
+same output, which the exactly-once topic sink then drops as a duplicate.
+
+Every user exception is re-raised as :class:`~epic.errors.NodeFailure` naming the node, the
+function and the micro-batch; the driver finds that line in Spark's error and reports it alone.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from epic import serde
+from epic.errors import EpicError, NodeFailure
+from epic.spark.session import freeze_gc_once
+from epic.spark.tags import (IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS, STEP,
+                             WM, runs, step_of, tag, with_tags)
+from epic.topics import resolve_filesystem
+
+__all__ = ["TaskSpec", "StateStore", "node_function"]
+
+#: How many snapshots per partition are kept (older ones are deleted).
+KEEP_SNAPSHOTS = 3
+
+
+@dataclass
+class TaskSpec:
+    """Everything a task needs about its node (pickled into the ``mapInArrow`` closure).
+
+    Attributes:
+        node: the node config (with the user's functions).
+        mode: ``stateless``, ``keyed`` or ``global``.
+        in_schemas: per input, the stream's schema (user columns incl. ``_entry``).
+        out_schema: the output topic schema (user columns + tags [+ ``_port``]).
+        input_topics: per input, the topic id (maps offset-log entries to inputs).
+        checkpoint: the query's checkpoint location (offset log).
+        state_dir: ``<workdir>/state/<node>``.
+        port: for a splitstream written one topic per output, the output kept; None: all, with
+            a ``_port`` column.
+    """
+
+    node: object
+    mode: str
+    in_schemas: list
+    out_schema: pa.Schema
+    input_topics: list
+    checkpoint: str
+    state_dir: str
+    port: int | None = None
+    workdir: str = ""
+
+
+class StateStore:
+    """Snapshots of one node partition: ``<state_dir>/p<part>/<batch id>.state``, written atomically."""
+
+    def __init__(self, state_dir: str, part: int):
+        self.fs, root = resolve_filesystem(state_dir)
+        self.dir = f"{root}/p{part}"
+
+    def _ids(self) -> list[int]:
+        out = []
+        for fi in self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True)):
+            name = fi.base_name
+            if name.endswith(".state") and name[:-6].isdigit():
+                out.append(int(name[:-6]))
+        return sorted(out)
+
+    def load_before(self, batch_id: int) -> bytes | None:
+        """The newest snapshot with a batch id below ``batch_id``."""
+        ids = [i for i in self._ids() if i < batch_id]
+        if not ids:
+            return None
+        with self.fs.open_input_stream(f"{self.dir}/{ids[-1]}.state") as f:
+            return f.read()
+
+    def save(self, batch_id: int, data: bytes) -> None:
+        """Write the snapshot of ``batch_id`` atomically and delete snapshots no replay needs."""
+        self.fs.create_dir(self.dir, recursive=True)
+        tmp = f"{self.dir}/.{batch_id}.{uuid.uuid4().hex}.tmp"
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(data)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.fs.move(tmp, f"{self.dir}/{batch_id}.state")
+        ids = self._ids()
+        for old in ids[:-KEEP_SNAPSHOTS]:
+            if old < batch_id:
+                try:
+                    self.fs.delete_file(f"{self.dir}/{old}.state")
+                except OSError:
+                    pass
+
+
+def _batch_id() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return int(ctx.getLocalProperty("streaming.sql.batchId")), ctx.partitionId()
+
+
+def _fail(spec: TaskSpec, what: str, batch_id: int, exc: BaseException):
+    if isinstance(exc, NodeFailure):
+        return NodeFailure(exc.node, exc.function, batch_id, exc.cause)
+    if isinstance(exc, EpicError):
+        return exc
+    return NodeFailure(spec.node.name, what, batch_id, exc)
+
+
+def _fn_label(node) -> str:
+    for attr in ("fn", "predicate"):
+        f = getattr(node, attr, None)
+        if f is not None:
+            return getattr(f, "__name__", type(f).__name__)
+    return f"{type(node).__name__}.on_batch"
+
+
+def _collect(iterator) -> pa.Table | None:
+    batches = [b for b in iterator if b.num_rows]
+    if not batches:
+        return None
+    return pa.Table.from_batches(batches).combine_chunks()
+
+
+def _user_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
+    cols = []
+    for f in schema:
+        c = table.column(f.name)
+        c = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+        cols.append(c if c.type == f.type else c.cast(f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def node_function(spec: TaskSpec):
+    """The ``mapInArrow`` function of a node."""
+    if spec.mode == "stateless":
+        def stateless(iterator):
+            yield from _run_stateless(spec, iterator)
+        return stateless
+
+    def stateful(iterator):
+        yield from _run_stateful(spec, iterator)
+    return stateful
+
+
+# -- stateless ---------------------------------------------------------------------------------
+
+def _emit(spec: TaskSpec, outs, step_tag: int, wm: int | None) -> Iterator[pa.RecordBatch]:
+    from epic.topology import SplitNode
+
+    if isinstance(spec.node, SplitNode):
+        for port, batches in enumerate(outs):
+            if spec.port is not None and port != spec.port:
+                continue
+            for b in batches:
+                if b.num_rows:
+                    yield with_tags(b, spec.out_schema, step_tag, wm,
+                                    None if spec.port is not None else port)
+        return
+    for b in outs:
+        if b.num_rows:
+            yield with_tags(b, spec.out_schema, step_tag, wm)
+
+
+def _call(op, node, what: str, *args):
+    from epic.topology import MergeNode, SplitNode
+
+    if isinstance(node, SplitNode):
+        if what == "on_batch":
+            return op.split(args[0])
+        return getattr(op, what)(*args[:1])
+    if isinstance(node, MergeNode):
+        return getattr(op, what)(*args)
+    return getattr(op, what)(*args[:1]) if args else getattr(op, what)()
+
+
+def _run_stateless(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
+    freeze_gc_once()
+    table = _collect(iterator)
+    if table is None:
+        return
+    batch_id, _ = _batch_id()
+    node = spec.node
+    op = node.build()
+    steps = table.column(STEP).to_numpy()
+    wms = table.column(WM).to_numpy()
+    schema = spec.in_schemas[0]
+    for a, b in runs(steps, wms):
+        rows = _user_batch(table.slice(a, b - a), schema)
+        wm = int(wms[a])
+        try:
+            outs = _call(op, node, "on_batch", rows)
+        except Exception as exc:  # noqa: BLE001 - named and re-raised
+            raise _fail(spec, _fn_label(node), batch_id, exc) from exc
+        yield from _emit(spec, outs, int(steps[a]), None if wm == NO_WM else wm)
+
+
+# -- stateful ----------------------------------------------------------------------------------
+
+def _markers(spec: TaskSpec, batch_id: int):
+    from epic.spark.topic_source import batch_markers
+
+    offs = batch_markers(spec.checkpoint, batch_id)
+    by_id = {o.topic_id: o for o in offs}
+    per_input = []
+    for i, tid in enumerate(spec.input_topics):
+        o = by_id.get(tid)
+        if o is None and len(offs) == len(spec.input_topics):
+            o = offs[i]
+        per_input.append(o)
+    steps = [o.step for o in per_input if o is not None and o.step is not None]
+    return per_input, (max(steps) if steps else None)
+
+
+def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
+    from epic.topology import MergeNode
+
+    freeze_gc_once()
+    table = _collect(iterator)
+    batch_id, part = _batch_id()
+    node = spec.node
+    n_in = len(spec.in_schemas)
+    merge = isinstance(node, MergeNode)
+    store = StateStore(spec.state_dir, part)
+    op = node.build()
+    snap = store.load_before(batch_id)
+    if snap is not None:
+        st = serde.unpackb(snap)
+        if st["op"]:
+            op.restore(st["op"])
+        applied = list(st["applied"])
+        ended = bool(st["ended"])
+        inputs_ended = list(st["inputs_ended"])
+        last_step = st["last_step"]
+        fwd = st["fwd"]
+    else:
+        applied = [None] * n_in
+        ended = False
+        inputs_ended = [False] * n_in
+        last_step = None
+        fwd = None
+    out: list[pa.RecordBatch] = []
+    label = f"{type(op).__name__}"
+
+    def forwarded():
+        if merge:
+            return op.watermark
+        ws = [w for w in applied if w is not None]
+        return min(ws) if len(ws) == n_in else None
+
+    def call(what, step_tag, *args):
+        nonlocal fwd
+        before = fwd
+        try:
+            outs = _call(op, node, what, *args)
+        except Exception as exc:  # noqa: BLE001 - named and re-raised
+            raise _fail(spec, f"{label}.{what}", batch_id, exc) from exc
+        out.extend(_emit(spec, outs, step_tag, before))
+        fwd = forwarded()
+
+    def watermark(i, w, step_tag):
+        if w is None or w == NO_WM or (applied[i] is not None and w <= applied[i]):
+            return
+        applied[i] = int(w)
+        call("on_watermark", step_tag, int(w), i)
+
+    if table is not None and not ended:
+        steps = table.column(STEP).to_numpy()
+        ins = table.column(IN).to_numpy() if IN in table.column_names else \
+            np.zeros(table.num_rows, dtype=np.int64)
+        pos = table.column(POS).to_numpy()
+        order = np.lexsort((pos, ins, steps))
+        if not np.array_equal(order, np.arange(len(order))):
+            table = table.take(pa.array(order))
+            steps, ins = steps[order], ins[order]
+        wms = table.column(WM).to_numpy()
+        for a, b in runs(steps, ins, wms):
+            i = int(ins[a])
+            s = step_of(steps[a])
+            last_step = s if last_step is None else max(last_step, s)
+            watermark(i, int(wms[a]), tag(s, PHASE_PRE))
+            rows = _user_batch(table.slice(a, b - a), spec.in_schemas[i])
+            call("on_batch", tag(s, PHASE_ROWS), rows, i)
+
+    if not ended:
+        per_input, mstep = _markers(spec, batch_id)
+        if mstep is not None:
+            last_step = mstep if last_step is None else max(last_step, mstep)
+        s = last_step if last_step is not None else 0
+        for i, o in enumerate(per_input):
+            if o is not None:
+                watermark(i, o.watermark, tag(s, PHASE_MARK))
+        for i, o in enumerate(per_input):
+            if o is not None and o.eos and not inputs_ended[i]:
+                inputs_ended[i] = True
+                if merge and not all(inputs_ended):
+                    call("on_input_end", tag(s, PHASE_MARK), i)
+        if all(inputs_ended):
+            ended = True
+            call("on_end", tag(s, PHASE_END))
+
+    store.save(batch_id, serde.packb({
+        "op": op.snapshot(), "applied": applied, "ended": ended, "inputs_ended": inputs_ended,
+        "last_step": last_step, "fwd": fwd}))
+    if spec.workdir:
+        from epic.spark.crash import crash_point
+
+        crash_point("node-state", spec.workdir)
+    yield from out
