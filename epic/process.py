@@ -34,12 +34,14 @@ import heapq
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import serde
 from .errors import EpicError, NodeFailure, StateError
 from .operator import ENTRY_COLUMN
 
-__all__ = ["Processor", "Context", "ProcessOperator", "processor"]
+__all__ = ["Processor", "Context", "ProcessOperator", "processor", "OperatorProcess",
+           "operator_output_schema"]
 
 
 class Processor:
@@ -310,3 +312,89 @@ class ProcessOperator:
         self._timers = {tuple(t) for t in st["timers"]}
         self._heap = sorted(self._timers)
         self._watermark = st["watermark"]
+
+
+def _make_operator(node: str, factory):
+    from .operator import Operator
+
+    try:
+        op = factory()
+    except Exception as exc:
+        raise NodeFailure(node, f"{getattr(factory, '__name__', factory)!s}()", "build", exc) from exc
+    if not isinstance(op, Operator):
+        raise EpicError(f"node {node!r}: the process factory returned a "
+                        f"{type(op).__name__}, which lacks parts of the epic.Operator protocol "
+                        "(output_schema, on_batch, on_watermark, on_end, snapshot, restore)")
+    return op
+
+
+def operator_output_schema(node: str, factory) -> pa.Schema:
+    """The output schema of the operators ``factory`` makes (one is built to ask)."""
+    return _make_operator(node, factory).output_schema
+
+
+class OperatorProcess:
+    """A process node whose logic is a user :class:`~epic.operator.Operator` (vectorised form).
+
+    Adds what the node promises around the user's operator: delay-logging stamps (the input's
+    ``_entry`` column is taken off before the operator sees it, and every output row carries the
+    newest arrival time seen so far) and output batches conformed to the declared schema, with an
+    error naming the node when they do not fit.
+    """
+
+    def __init__(self, factory, schema: pa.Schema, output_schema: pa.Schema, *,
+                 node: str = "process"):
+        self.node = node
+        self.op = _make_operator(node, factory)
+        self.output_schema = output_schema
+        self.entry_in = ENTRY_COLUMN in schema.names
+        self.entry_out = ENTRY_COLUMN in output_schema.names
+        self._user_schema = (output_schema.remove(output_schema.get_field_index(ENTRY_COLUMN))
+                             if self.entry_out else output_schema)
+        self._entry = 0
+
+    def _out(self, batches) -> list[pa.RecordBatch]:
+        out = []
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            if b.schema.names != self._user_schema.names:
+                raise EpicError(f"node {self.node!r}: the operator emitted columns {b.schema.names}"
+                                f", but the node declares {self._user_schema.names}")
+            try:
+                b = pa.RecordBatch.from_arrays(
+                    [c.cast(f.type) if c.type != f.type else c
+                     for c, f in zip(b.columns, self._user_schema)], schema=self._user_schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+                raise EpicError(f"node {self.node!r}: operator output does not fit the declared "
+                                f"schema: {exc}") from exc
+            if self.entry_out:
+                b = b.append_column(ENTRY_COLUMN, pa.array([self._entry] * b.num_rows,
+                                                           type=pa.int64()))
+            out.append(b)
+        return out
+
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        if self.entry_in:
+            col = batch.column(ENTRY_COLUMN)
+            if len(col):
+                self._entry = max(self._entry, int(pc.max(col).as_py() or 0))
+            batch = batch.drop_columns([ENTRY_COLUMN])
+        return self._out(self.op.on_batch(batch))
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return self._out(self.op.on_watermark(watermark))
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return self._out(self.op.on_end())
+
+    def snapshot(self) -> bytes:
+        return serde.packb({"format": "epic.operator_process/1", "entry": self._entry,
+                            "op": self.op.snapshot()})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.operator_process/1":
+            raise StateError(f"node {self.node!r}: not an operator process snapshot")
+        self._entry = st["entry"]
+        self.op.restore(st["op"])

@@ -469,12 +469,15 @@ class ProcessNode(Node):
     kind: ClassVar[str] = "process"
 
     def _outputs(self):
-        from .process import Processor
+        from .process import Processor, operator_output_schema
 
-        if not isinstance(self.processor, Processor):
+        if not isinstance(self.processor, Processor) and not callable(self.processor):
             raise _err(self.name, "processor", f"expected an epic.Processor, got "
                        f"{type(self.processor).__name__}", "subclass epic.Processor and pass an "
-                       "instance (or build one with epic.processor(...))")
+                       "instance (or build one with epic.processor(...)), or pass a factory of "
+                       "epic.Operator objects for the vectorised low-level form")
+        if self.schema is None and not isinstance(self.processor, Processor):
+            object.__setattr__(self, "schema", operator_output_schema(self.name, self.processor))
         key = _key_tuple(self.key)
         object.__setattr__(self, "key", key)
         s = self.input
@@ -492,14 +495,19 @@ class ProcessNode(Node):
         return [self._stream(_with_entry(schema, ENTRY_COLUMN in s.schema.names), time, s.unit)]
 
     def build(self):
-        from .process import ProcessOperator
+        from .process import OperatorProcess, Processor, ProcessOperator
+        if not isinstance(self.processor, Processor):
+            return OperatorProcess(self.processor, self.input.schema, self.outputs[0].schema,
+                                   node=self.name)
         return ProcessOperator(self.processor, self.input.schema, self.input.time,
                                self.outputs[0].schema, key=list(self.key) or None,
                                node=self.name)
 
     def describe(self):
         by = f" by {','.join(self.key)}" if self.key else " global"
-        return f"process {type(self.processor).__name__}{by}"
+        what = (type(self.processor).__name__ if not isinstance(self.processor, type)
+                else self.processor.__name__)
+        return f"process {what}{by}"
 
 
 @dataclass(frozen=True)
@@ -981,9 +989,16 @@ class Topology:
         return self._new(WindowNode, name, [stream], spec=spec, aggregates=tuple(aggregates),
                          key=_key_tuple(key)).output
 
-    def process(self, name: str, stream: Stream, processor, *, schema, key=None,
+    def process(self, name: str, stream: Stream, processor, *, schema=None, key=None,
                 time: str | None = None) -> Stream:
         """A user stateful operator (an :class:`epic.Processor`) per ``key`` or global.
+
+        ``processor`` may also be a factory (a class or a function without arguments) of objects
+        implementing the :class:`epic.Operator` protocol: the vectorised low-level form, which
+        receives whole Arrow batches and watermarks and snapshots its own state (see
+        :mod:`epic.operator`). ``schema`` then defaults to the operator's ``output_schema``, and
+        ``key`` only tells runtimes how the input may be partitioned (the operator keeps per-key
+        state itself); without ``key`` it sees the whole stream.
 
         Example:
             >>> import epic

@@ -132,3 +132,59 @@ def test_process_node_in_topology_requires_schema_and_carries_entry():
     t.sink("out", h, epic.collect_sink())
     tab = epic.run(t, clock=lambda: 42).collected["out"]
     assert tab.column("what").to_pylist() == ["hit1", "end@eof"]
+
+
+class _CountSoFar:
+    """A minimal vectorised operator: per batch, one row with the running row count."""
+
+    output_schema = pa.schema([("ts", pa.int64()), ("n", pa.int64())])
+
+    def __init__(self):
+        self.n = 0
+
+    def on_batch(self, batch):
+        self.n += batch.num_rows
+        ts = batch.column("ts")[batch.num_rows - 1].as_py()
+        return [pa.record_batch([pa.array([ts]), pa.array([self.n])], schema=self.output_schema)]
+
+    def on_watermark(self, wm):
+        return []
+
+    def on_end(self):
+        return []
+
+    def snapshot(self):
+        return epic.serde.packb(self.n)
+
+    def restore(self, data):
+        self.n = epic.serde.unpackb(data)
+
+
+def test_process_takes_an_operator_factory():
+    """The low-level form: a factory of epic.Operator objects; schema comes from the operator;
+    delay stamps are carried through."""
+    t = epic.Topology("opfactory", delay_logging=True)
+    s = t.source("s", epic.iterator_source([{"ts": i} for i in range(10)],
+                                           schema={"ts": "int64"}, time="ts", unit="s",
+                                           batch_rows=4))
+    p = t.process("count", s, _CountSoFar)
+    t.sink("out", p, epic.collect_sink(delays=True))
+    out = epic.run(t, clock=iter(range(100, 200)).__next__).collected["out"]
+    assert out.column("n").to_pylist() == [4, 8, 10]
+    entry = out.column("entry_time").to_pylist()
+    assert entry == sorted(entry) and entry[0] >= 100
+    node = t.node("count")
+    assert node.outputs[0].schema.names == ["ts", "n", "_entry"]
+    op = node.build()
+    op.on_batch(pa.record_batch([pa.array([1, 2]), pa.array([7, 8])],
+                                schema=pa.schema([("ts", pa.int64()), ("_entry", pa.int64())])))
+    fresh = node.build()
+    fresh.restore(op.snapshot())
+    assert fresh.op.n == 2
+
+
+def test_process_factory_must_build_an_operator():
+    t = epic.Topology("badfactory")
+    s = t.source("s", epic.iterator_source([], schema={"ts": "int64"}, time="ts", unit="s"))
+    with pytest.raises(epic.EpicError, match="lacks parts of the epic.Operator protocol"):
+        t.process("bad", s, lambda: object())
