@@ -188,7 +188,7 @@ def test_running_stats_uda_on_windows():
     spec = AggSpec(RunningStats(), ("intensity", "time", "distance"), "stats")
     win = WindowOperator(few_time(2, 0.5, 0.5, origin=0), [spec], INCREMENT_SCHEMA, "ts", "ps",
                          key="player_id")
-    out = win.on_batch(inc.to_batches()[0]) + win.on_end()
+    out = win.on_batch(inc.combine_chunks().to_batches()[0]) + win.on_end()
     rows_b = q1b_rows(pa.Table.from_batches(out).combine_chunks().to_batches()[0]).to_pylist()
     at = {r["ts"]: r for r in rows_b}
     # window [2.5 s, 4.5 s): 0.5 s trot, 1.5 s high
@@ -199,7 +199,7 @@ def test_running_stats_uda_on_windows():
     assert r["standing_time"] == 0.0
     land = WindowOperator(landmark(0.5, origin=0), [spec], INCREMENT_SCHEMA, "ts", "ps",
                           key="player_id")
-    out = land.on_batch(inc.to_batches()[0]) + land.on_end()
+    out = land.on_batch(inc.combine_chunks().to_batches()[0]) + land.on_end()
     last = q1b_rows(out[-1]).to_pylist()[-1]
     assert last["trot_time"] == pytest.approx(3.0)
     assert last["high_time"] == pytest.approx(3.0 - 0.005)
