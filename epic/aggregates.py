@@ -33,7 +33,7 @@ The plain-function form of the EPIC paper registers an aggregate by name::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np

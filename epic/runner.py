@@ -271,7 +271,7 @@ def run(topology: Topology, *, clock: Callable[[], int] = _time.time_ns, progres
     engine = _Engine(topology, clock)
     start = _time.perf_counter()
     live = None
-    tick = None
+    tick = None  # replaced by a progress callback when --progress is on
     if progress or summary:
         from rich.console import Console
         console = console or Console(stderr=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
@@ -445,7 +445,6 @@ class _Buffer:
 
     def replace_tail(self, pos: int, times: np.ndarray, cols: list):
         """Replace everything from absolute ``pos`` on (used to re-sort a pending tail)."""
-        kept_t, kept_c = [], None
         if self.end > pos:
             # cut chunks at pos
             while self.chunks and self.starts[-1] >= pos:
