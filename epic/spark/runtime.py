@@ -344,7 +344,11 @@ class _Deploy:
                 return
             if q.recentProgress:
                 return
-            _time.sleep(0.05)
+            # Past "Initializing sources": the offset log exists, the next start is safe.
+            if q.status.get("message", "").startswith(("Waiting", "Getting offsets",
+                                                       "Processing")):
+                return
+            _time.sleep(0.02)
 
     # -- completion ------------------------------------------------------------------------
     def sink_done(self, node: SinkNode) -> bool:
