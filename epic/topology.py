@@ -788,6 +788,7 @@ class Topology:
         self.name = name
         self.delay_logging = bool(delay_logging)
         self._nodes: dict[str, Node] = {}
+        self._pending_windows: list[str] = []  # t.window(...) calls still waiting for .aggregate
 
     # -- generic -------------------------------------------------------------------------------
     def add(self, node: Node) -> Node:
@@ -987,6 +988,7 @@ class Topology:
                 raise _err(name, "name", "a node with this name already exists",
                            "give every node a unique name")
             self._check_input(name, stream, "input")
+            self._pending_windows.append(name)
             return WindowedStream(self, name, stream, spec, key)
         return self._new(WindowNode, name, [stream], spec=spec, aggregates=tuple(aggregates),
                          key=_key_tuple(key)).output
@@ -1154,7 +1156,9 @@ class Topology:
             raise TopologyError(f"topology {self.name!r} has no sink, so nothing is written. "
                                 "Fix: add t.sink(...), e.g. epic.console_sink()")
         read = {s for n in self._nodes.values() for s in n.inputs}
-        out = []
+        out = [f"node {name!r}: window(...) was never given aggregates, so the node does not "
+               "exist; call .aggregate(...) on it, or pass aggregates=[...]"
+               for name in self._pending_windows if name not in self._nodes]
         for n in self._nodes.values():
             for s in n.outputs:
                 if s not in read:

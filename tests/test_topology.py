@@ -228,3 +228,18 @@ def test_validate_requires_source_and_sink():
         warnings.simplefilter("ignore")
         with pytest.raises(TopologyError, match="has no sink"):
             t.validate()
+
+
+def test_window_without_aggregate_is_a_warning():
+    """t.window(...) without .aggregate(...) adds nothing: validation says so instead of
+    dropping it silently."""
+    import warnings
+
+    t = epic.Topology("pending_window")
+    s = t.source("s", epic.iterator_source([], schema={"ts": "int64", "v": "float64"},
+                                           time="ts", unit="s"))
+    t.window("forgotten", s, epic.tumbling(10))
+    t.sink("out", s, epic.collect_sink())
+    with warnings.catch_warnings(record=True):
+        found = t.validate()
+    assert any("'forgotten'" in w and ".aggregate(" in w for w in found)
