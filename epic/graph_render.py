@@ -16,7 +16,7 @@ from typing import Mapping
 
 from .topology import SinkNode, SourceNode, SplitNode, Topology
 
-__all__ = ["to_dot", "render"]
+__all__ = ["to_dot", "render", "layers", "draw_matplotlib"]
 
 _SHAPES = {
     "source": "cds",
@@ -107,6 +107,9 @@ def render(topology: Topology, path: str | os.PathLike, counts: Mapping[str, int
         return out, f"wrote DOT text to {out}"
     dot = shutil.which("dot")
     if dot is None:
+        if fmt in ("svg", "png", "pdf") and _matplotlib_available():
+            draw_matplotlib(topology, path, counts)
+            return path, f"wrote {path} (drawn with matplotlib; install graphviz for dot layout)"
         out = stem + ".dot"
         with open(out, "w", encoding="utf-8") as f:
             f.write(text)
@@ -121,3 +124,77 @@ def render(topology: Topology, path: str | os.PathLike, counts: Mapping[str, int
             f.write(text)
         return out, f"dot failed ({proc.stderr.strip()}); wrote DOT text to {out}"
     return path, f"wrote {path}"
+
+
+def _matplotlib_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def layers(topology: Topology) -> dict[str, tuple[int, int]]:
+    """A layered layout: node name -> (column, row). A node's column is the length of the longest
+    path from a source to it; rows follow the topological order within a column."""
+    order = topology.topological_order()
+    depth: dict[str, int] = {}
+    for n in order:
+        depth[n.name] = 1 + max((depth[s.node] for s in n.inputs), default=-1)
+    rows: dict[int, int] = {}
+    pos = {}
+    for n in order:
+        c = depth[n.name]
+        pos[n.name] = (c, rows.get(c, 0))
+        rows[c] = rows.get(c, 0) + 1
+    return pos
+
+
+_COLOURS = {"source": "#dbeafe", "sink": "#dcfce7", "splitstream": "#fef3c7"}
+
+
+def draw_matplotlib(topology: Topology, path: str, counts: Mapping[str, int] | None = None
+                    ) -> None:
+    """Draw the graph with matplotlib (no Graphviz needed): boxes per node in layers, arrows per
+    stream, arrow widths by row count as in :func:`to_dot`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch
+
+    pos = layers(topology)
+    ncols = 1 + max(c for c, _ in pos.values())
+    nrows = 1 + max(r for _, r in pos.values())
+    fig, ax = plt.subplots(figsize=(2.6 * ncols + 1, 1.1 * nrows + 1))
+    ax.set_axis_off()
+    height = {}
+    for c, r in pos.values():
+        height[c] = max(height.get(c, 0), r + 1)
+    # centre each column on the tallest one
+    xy = {name: (c * 2.6, -(r + (nrows - height[c]) / 2) * 1.1) for name, (c, r) in pos.items()}
+    top = max(counts.values()) if counts else 0
+    for n in topology.topological_order():
+        for s in n.inputs:
+            (x0, y0), (x1, y1) = xy[s.node], xy[n.name]
+            rows = counts.get(s.name, 0) if counts else None
+            width = 1.0
+            if rows is not None:
+                width = 1.0 + 7.0 * math.log1p(rows) / math.log1p(top) if top and rows else 0.5
+            ax.add_patch(FancyArrowPatch((x0 + 0.9, y0), (x1 - 0.9, y1), arrowstyle="-|>",
+                                         mutation_scale=10, linewidth=width, color="#475569",
+                                         connectionstyle="arc3,rad=0.0"))
+            label = s.name if rows is None else f"{s.name}\n{rows:,}"
+            ax.text((x0 + x1) / 2 + 0.1, (y0 + y1) / 2 + 0.12, label, fontsize=6,
+                    ha="center", color="#334155")
+    for n in topology.topological_order():
+        x, y = xy[n.name]
+        ax.text(x, y, f"{n.name}\n{n.describe()}", ha="center", va="center", fontsize=7,
+                bbox=dict(boxstyle="round,pad=0.35", fc=_COLOURS.get(n.kind, "#f5f5f5"),
+                          ec="#64748b"))
+    ax.set_xlim(-1.3, (ncols - 1) * 2.6 + 1.3)
+    ax.set_ylim(-(nrows - 1) * 1.1 - 0.8, 0.8)
+    ax.set_title(topology.name, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -97,10 +97,35 @@ def test_graph_dot_text(topo, tmp_path):
     assert dot.read_text() == EXPECTED_DOT
 
 
-def test_graph_svg_falls_back_to_dot_when_graphviz_is_missing(topo, tmp_path, monkeypatch):
-    """Without Graphviz, `-o graph.svg` writes graph.dot and says so."""
+def test_graph_svg_without_graphviz_is_drawn_with_matplotlib(topo, tmp_path, monkeypatch):
+    """Without Graphviz, `-o graph.svg` is drawn with matplotlib: a real SVG naming the nodes."""
     import shutil
     monkeypatch.setattr(shutil, "which", lambda name: None)
+    r = runner.invoke(app, ["graph", str(topo), "-o", str(tmp_path / "graph.svg")])
+    assert r.exit_code == 0, r.output
+    svg = (tmp_path / "graph.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+
+
+def test_graph_layers_follow_longest_paths(topo):
+    """The matplotlib layout puts each node one column right of its furthest input."""
+    from epic.cli import load_topology
+    from epic.graph_render import layers
+
+    t = load_topology(topo)
+    pos = layers(t)
+    for n in t.topological_order():
+        for s in n.inputs:
+            assert pos[n.name][0] > pos[s.node][0]
+
+
+def test_graph_svg_falls_back_to_dot_when_nothing_can_draw(topo, tmp_path, monkeypatch):
+    """Without Graphviz and without matplotlib, `-o graph.svg` writes graph.dot and says so."""
+    import shutil
+
+    import epic.graph_render as gr
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(gr, "_matplotlib_available", lambda: False)
     r = runner.invoke(app, ["graph", str(topo), "-o", str(tmp_path / "graph.svg")])
     assert r.exit_code == 0, r.output
     assert "dot` is not installed" in r.output
