@@ -1,5 +1,6 @@
 """Crash points for recovery tests: ``EPIC_CRASH_AT=name:N`` SIGKILLs the deploy the N-th time
-execution reaches point ``name`` (counted across processes in ``<workdir>/.crash-counts``).
+execution reaches point ``name`` in this run (counted across the run's processes in
+``<workdir>/.crash-counts``).
 
 Points: ``source-plan`` (a source planned a micro-batch), ``node-state`` (a stateful task saved
 its snapshot, before returning its output), ``topic-commit`` (unused by default), ``sink-commit``
@@ -26,9 +27,11 @@ def crash_point(name: str, workdir: str) -> None:
     point, _, nth = spec.rpartition(":")
     if point != name:
         return
+    # Counted per run (the driver's process group), so each rerun counts from zero.
+    pgid = int(os.environ.get("EPIC_DRIVER_PGID", "0")) or os.getpgrp()
     d = os.path.join(workdir, ".crash-counts")
     os.makedirs(d, exist_ok=True)
-    p = os.path.join(d, name)
+    p = os.path.join(d, f"{name}.{pgid}")
     with open(p, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
@@ -37,4 +40,5 @@ def crash_point(name: str, workdir: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     if n == int(nth):
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        # Python workers run in their own process groups (pyspark's daemon): kill the driver's.
+        os.killpg(pgid, signal.SIGKILL)

@@ -233,7 +233,7 @@ class _Deploy:
         cls = make_source_data_source(node, name=name, schema=schema,
                                       source_index=self.sources.index(node),
                                       n_sources=len(self.sources), batch_rows=self.batch_rows,
-                                      parallelism=self.partitions)
+                                      parallelism=self.partitions, workdir=self.workdir)
         self.spark.dataSource.register(cls)
         df = self.spark.readStream.format(name).load()
         return self.write(df, node, self.out_topic(node))
@@ -573,6 +573,8 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         os.remove(os.path.join(wd, STOP))
     except FileNotFoundError:
         pass
+    # Crash points (tests) kill the driver's process group, whichever process reaches them.
+    os.environ.setdefault("EPIC_DRIVER_PGID", str(os.getpgrp()))
     if spark is None:
         from epic.spark.session import build_session
 

@@ -90,7 +90,8 @@ class _SourcePartition(InputPartition):
 
 
 def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index: int,
-                            n_sources: int, batch_rows: int, parallelism: int):
+                            n_sources: int, batch_rows: int, parallelism: int,
+                            workdir: str = ""):
     """A ``DataSource`` class (registered under ``name``) reading ``node``'s source.
 
     Args:
@@ -216,6 +217,10 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
                 rows += self._planned[self._next - 1][0]
                 block = bounded
             last_step = None if self._next == 0 else (self._next - 1) * n_sources + source_index
+            if workdir and self._next != int(start["seq"]):
+                from epic.spark.crash import crash_point
+
+                crash_point("source-plan", workdir)
             return offset(self._next, self._wm, self._done, last_step, self._max)
 
         def partitions(self, start: dict, end: dict):

@@ -1,0 +1,119 @@
+"""``epic deploy | status | stop``: the Spark runtime's commands, added to the main typer app.
+
+``epic.cli`` calls :func:`register` with its app; ``python -m epic.spark.cli`` runs these commands
+alone (the recovery tests use it).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+__all__ = ["register", "main"]
+
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``deploy``, ``status`` and ``stop`` to ``app``."""
+
+    @app.command(context_settings=_EXTRA)
+    def deploy(ctx: typer.Context,
+               topology: Path = typer.Argument(..., help="A Python file building a module-level "
+                                                         "epic.Topology."),
+               workdir: Path = typer.Option(..., "--workdir", "-w",
+                                            help="Topics, checkpoints, state and status live "
+                                                 "here; rerun with the same one to recover."),
+               name: Optional[str] = typer.Option(None, "--name", "-n",
+                                                  help="Which topology, if the file has several."),
+               param: Optional[List[str]] = typer.Option(None, "--param", "-p",
+                                                         help="Topology parameter key=value."),
+               master: Optional[str] = typer.Option(None, "--master",
+                                                    help="Spark master URL (default local[*])."),
+               ui: bool = typer.Option(False, "--ui", help="Start the Spark UI."),
+               fuse: bool = typer.Option(False, "--fuse",
+                                         help="Reserved: fuse adjacent stateless nodes."),
+               progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+                                                       help="Live per-node table (default: on "
+                                                            "a terminal)."),
+               batch_rows: int = typer.Option(1_000_000, "--batch-rows",
+                                              help="Rows per micro-batch from a source or "
+                                                   "topic."),
+               partitions: Optional[int] = typer.Option(None, "--partitions",
+                                                        help="Partitions of keyed stateful "
+                                                             "nodes (fixed at first start)."),
+               timeout: Optional[float] = typer.Option(None, "--timeout",
+                                                       help="Give up after this many seconds.")):
+        """Run a topology on Spark: every node a streaming query, linked by Arrow topics.
+
+        A finite input exits 0 once every sink has committed everything; a live one runs until
+        `epic stop WORKDIR`. Extra options after `--` are topology parameters.
+        """
+        from rich.console import Console
+
+        from epic.cli import load_topology, parse_params
+        from epic.errors import EpicError
+
+        err = Console(stderr=True)
+        try:
+            t = load_topology(topology, name, parse_params(param, ctx.args))
+            from epic.spark.runtime import deploy as run_deploy
+
+            show = sys.stderr.isatty() if progress is None else progress
+            result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse, progress=show,
+                                console=err, batch_rows=batch_rows, partitions=partitions,
+                                timeout=timeout)
+        except EpicError as exc:
+            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=1)
+        err.print(f"{result.topology}: {result.status.get('state')} in {result.seconds:.1f} s "
+                  f"(status: epic status {workdir})", highlight=False)
+
+    @app.command()
+    def status(workdir: Path = typer.Argument(..., help="The --workdir of a deploy."),
+               as_json: bool = typer.Option(False, "--json", help="Print the raw document.")):
+        """Show a running or finished deploy's per-node progress."""
+        import json
+
+        from rich.console import Console
+
+        from epic.errors import EpicError
+        from epic.spark.runtime import read_status, status_table
+
+        try:
+            doc = read_status(str(workdir))
+        except EpicError as exc:
+            Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+            raise typer.Exit(code=1)
+        if as_json:
+            typer.echo(json.dumps(doc, indent=1))
+            return
+        Console().print(status_table(doc))
+        if doc.get("error"):
+            typer.echo(f"error: {doc['error']}")
+
+    @app.command()
+    def stop(workdir: Path = typer.Argument(..., help="The --workdir of a running deploy.")):
+        """Ask a running deploy to stop (it finishes its current batches and exits)."""
+        from epic.errors import EpicError
+        from epic.spark.runtime import request_stop
+
+        try:
+            request_stop(str(workdir))
+        except EpicError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(code=1)
+        typer.echo(f"stop requested: {workdir}")
+
+
+def main() -> None:  # pragma: no cover - python -m epic.spark.cli
+    app = typer.Typer(add_completion=False, no_args_is_help=True)
+    register(app)
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
