@@ -1,0 +1,528 @@
+"""The DEBS 2013 dataflow as an epic topology, mirroring EPIC's (paper figures 1-4).
+
+:func:`build_topology` turns :class:`DebsOptions` into an :class:`epic.Topology` built only from the
+public DSL (sources, ``merge``, ``process`` with vectorised operators, ``splitstream`` with
+:func:`epic.vector_split`, ``window``, ``map``, sinks), so ``epic run`` and ``epic deploy`` run the
+same graph. ``topologies/debs2013.py`` reads the ``epic.param`` values and calls it.
+
+::
+
+    event_reader ─► mark_events ─┐
+                                 ├─► merge_by_time ─[► game_state]─► debs_splitter (Listing 1)
+    interrupt_reader ────────────┘                                      │  │  │
+        ┌───────────────────────────────────────────────────────────────┘  │  │
+        ▼ 0: players' shoes                  1: everything + markers ▼      ▼ 2: players' shoes
+    q1_running ─► q1_split ─► q1a         q2_ball_hitter ─┬─► q4_shots    q3_heatmap
+                     └─► increments ─► q1b_{1M,5M,20M,landmark}            └─► q3_{1M,5M,10M,landmark}
+                                      q2_possession ─► q2_split ─► q2playerpossession
+                                                          └─► slices ─► q2team_{1min,5min,20min,landmark}
+
+Every functional piece handed to the DSL is a module-level function, a frozen dataclass or a
+``functools.partial`` of one, so the topology pickles (for Spark) and nothing runs at import time.
+
+Example:
+    >>> t = build_topology(DebsOptions(input="game.csv", out="out/x"))   # doctest: +SKIP
+    >>> epic.run(t)                                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import os
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+import epic
+from debs2013 import constants as C
+from debs2013.common import GAME_SCHEMA, SENSOR, STOP, Roster, marker_batch, with_markers
+from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
+from debs2013.q1 import Q1A_SCHEMA, Q1B_SCHEMA, RunningOperator, RunningStats, q1b_rows
+from debs2013.q2 import (PLAYER_POSSESSION_SCHEMA, TEAM_POSSESSION_SCHEMA, BallHitter,
+                         PossessionOperator, TeamShare, team_rows)
+from debs2013.q3 import Q3_SCHEMA, HeatMap, HeatMapOperator, grid_weights
+from debs2013.q4 import Q4_SCHEMA, ShotOperator
+from debs2013.readers import (SENSOR_SCHEMA, interruption_markers, read_game_interruptions,
+                              read_metadata, shared_dir)
+from epic import serde
+from epic.errors import SpecError, StateError
+
+__all__ = ["DebsOptions", "build_topology", "OUTPUT_FILES", "Q3_OUT_SCHEMA", "ListingOne",
+           "GameState", "q3_all_grids", "last_timestamp", "grid_name", "QUERIES"]
+
+QUERIES = ("q1", "q2", "q3", "q4")
+
+#: Q3 output: the spec's fields plus ``grid`` (``"8x13"`` .. ``"64x100"``: cells along x by y),
+#: since each q3 file carries the four grids of its window.
+Q3_OUT_SCHEMA = pa.schema(list(Q3_SCHEMA) + [pa.field("grid", pa.string())],
+                          metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
+
+_Q1_WINDOWS = (("1M", 60), ("5M", 300), ("20M", 1200), ("landmark", None))
+_Q2_WINDOWS = (("1min", 60), ("5min", 300), ("20min", 1200), ("landmark", None))
+_Q3_WINDOWS = (("1M", 60), ("5M", 300), ("10M", 600), ("landmark", None))
+
+#: The 15 EPIC output streams: file name -> (query, schema written).
+OUTPUT_FILES = {
+    "q1a.csv": ("q1", Q1A_SCHEMA),
+    **{f"q1b_{w}.csv": ("q1", Q1B_SCHEMA) for w, _ in _Q1_WINDOWS},
+    "q2playerpossession.csv": ("q2", PLAYER_POSSESSION_SCHEMA),
+    **{f"q2teampossession_{w}.csv": ("q2", TEAM_POSSESSION_SCHEMA) for w, _ in _Q2_WINDOWS},
+    **{f"q3_{w}.csv": ("q3", Q3_OUT_SCHEMA) for w, _ in _Q3_WINDOWS},
+    "q4.csv": ("q4", Q4_SCHEMA),
+}
+
+
+@dataclass(frozen=True)
+class DebsOptions:
+    """Everything the DEBS topology can be told (the ``epic.param`` values of the topology file).
+
+    Attributes:
+        input: the game CSV (13 integer fields, no header; ``.gz`` allowed).
+        referee_events: the ``referee-events`` directory; None: the shared real files.
+        metadata: a ``metadata.txt``; None: the spec's sensor table.
+        out: output directory of the 15 files.
+        clock: annotation-clock option of spec §4.3: ``"A"`` (default), ``"B"`` or ``"C"``.
+        lenient: bad input lines go to ``dead_letter`` instead of stopping the run.
+        dead_letter: the dead-letter CSV (lenient mode); default ``<out>/dead-letter.csv``.
+        delays: EPIC's delay logging: every output row starts with the wall-clock arrival time of
+            the newest input row behind it and its write time (ns).
+        parquet: also write each stream as ``<name>.parquet``.
+        queries: the queries to build (a subset of ``q1 q2 q3 q4``; for per-query benchmarks).
+        scope: ``"halves"``: drop sensor rows outside the two halves (spec §1.4, default);
+            ``"all"``: keep every row (origins move 125 s before kick-off).
+        q1_interruptions / q3_interruptions: ``"ignore"`` (spec default: players keep moving) or
+            ``"drop"``: sensor rows inside interruptions do not reach the query.
+        trim_markers: drop interruption markers after the input's last row (short or cut games;
+            they would stretch Q2's team windows over minutes without data).
+        batch_rows: rows per input batch.
+        q1, q2, q3, q4: the queries' switches (:mod:`debs2013.config`).
+    """
+
+    input: str = "data/full-game"
+    referee_events: str | None = None
+    metadata: str | None = None
+    out: str = "out/debs2013"
+    clock: str = "A"
+    lenient: bool = False
+    dead_letter: str | None = None
+    delays: bool = False
+    parquet: bool = False
+    queries: tuple[str, ...] = QUERIES
+    scope: str = "halves"
+    q1_interruptions: str = "ignore"
+    q3_interruptions: str = "ignore"
+    trim_markers: bool = True
+    batch_rows: int = 1 << 16
+    q1: Q1Config = field(default_factory=Q1Config)
+    q2: Q2Config = field(default_factory=Q2Config)
+    q3: Q3Config = field(default_factory=Q3Config)
+    q4: Q4Config = field(default_factory=Q4Config)
+
+    def __post_init__(self):
+        for name, value, allowed in (
+                ("clock", self.clock, ("A", "B", "C")),
+                ("scope", self.scope, ("halves", "all")),
+                ("q1_interruptions", self.q1_interruptions, ("ignore", "drop")),
+                ("q3_interruptions", self.q3_interruptions, ("ignore", "drop"))):
+            if value not in allowed:
+                raise SpecError(f"debs2013: {name}={value!r}; use one of {', '.join(allowed)}")
+        bad = [q for q in self.queries if q not in QUERIES]
+        if bad or not self.queries:
+            raise SpecError(f"debs2013: queries={','.join(self.queries)!r}; name some of "
+                            f"{', '.join(QUERIES)}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The interrupt reader
+
+
+def last_timestamp(path: str | os.PathLike) -> int | None:
+    """The ``ts`` of a plain game CSV's last row (read from the file's tail), else None."""
+    path = Path(path)
+    if path.suffix == ".gz" or not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 4096))
+        lines = [ln for ln in f.read().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        parts = ln.split(b",")
+        if len(parts) == 13:
+            try:
+                return int(parts[1])
+            except ValueError:
+                return None
+    return None
+
+
+def marker_batches(referee_dir: str, clock: str, until: int | None) -> list[pa.RecordBatch]:
+    """The interrupt reader's rows: Begin (:data:`~debs2013.common.STOP`) and End
+    (:data:`~debs2013.common.RESUME`) markers of both halves in ``ts`` order, up to ``until``."""
+    markers = interruption_markers(read_game_interruptions(referee_dir, clock=clock))
+    if until is not None:
+        markers = [m for m in markers if m.ts <= until]
+    return [marker_batch([m.ts for m in markers], [m.kind for m in markers])]
+
+
+# ------------------------------------------------------------------------------------------------
+# The DEBS splitter
+
+
+GAME_STATE_SCHEMA = pa.schema(list(GAME_SCHEMA) + [pa.field("stopped", pa.int8())],
+                              metadata=GAME_SCHEMA.metadata)
+
+
+class GameState:
+    """Adds ``stopped`` (1 while the game is interrupted) to the merged game stream.
+
+    Only in the graph when a query drops rows inside interruptions (``q1_interruptions`` /
+    ``q3_interruptions = "drop"``). A marker row carries the state after it. Vectorised: a
+    forward fill of the markers per batch.
+    """
+
+    output_schema = GAME_STATE_SCHEMA
+
+    def __init__(self):
+        self._stopped = 0
+
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        marker = batch.column("marker").to_numpy(zero_copy_only=False)
+        at = np.nonzero(marker != SENSOR)[0]
+        if len(at) == 0:
+            flag = np.full(batch.num_rows, self._stopped, np.int8)
+        else:
+            state = np.where(marker[at] == STOP, 1, 0).astype(np.int8)
+            idx = np.searchsorted(at, np.arange(batch.num_rows), side="right") - 1
+            flag = np.where(idx >= 0, state[np.maximum(idx, 0)], self._stopped).astype(np.int8)
+            self._stopped = int(state[-1])
+        return [batch.append_column("stopped", pa.array(flag, pa.int8()))]
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return []
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return []
+
+    def snapshot(self) -> bytes:
+        return serde.packb({"format": "debs2013.game_state/1", "stopped": self._stopped})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "debs2013.game_state/1":
+            raise StateError("not a GameState snapshot (format debs2013.game_state/1)")
+        self._stopped = st["stopped"]
+
+
+@dataclass(frozen=True)
+class ListingOne:
+    """EPIC's distribution query (paper Listing 1), vectorised::
+
+        (i = 0 and is_player(ev)) or (i = 1) or (i = 2 and is_player(ev))
+
+    ``outputs`` names what each output port feeds (``"q1"``, ``"q2q4"``, ``"q3"``), so a topology
+    with fewer queries has fewer ports. ``is_player``: a player's shoe sensor (hands, the referee
+    and balls go to Q2/Q4 only; markers too). Every port also drops sensor rows outside the
+    ``scope`` intervals, and Q1 / Q3 rows inside interruptions when ``drop`` says so (that needs
+    the ``stopped`` column of :class:`GameState`).
+    """
+
+    outputs: tuple[str, ...]
+    shoes: np.ndarray = field(repr=False)            # sid -> is a player's shoe sensor
+    scope: tuple[tuple[int, int], ...] | None = None
+    drop: frozenset = frozenset()
+
+    def __call__(self, i: int, batch: pa.RecordBatch):
+        what = self.outputs[i]
+        sid = batch.column("sid").to_numpy(zero_copy_only=False)
+        marker = batch.column("marker").to_numpy(zero_copy_only=False)
+        ok = None
+        if self.scope is not None:
+            ts = batch.column("ts").to_numpy(zero_copy_only=False)
+            inside = np.zeros(len(ts), bool)
+            for lo, hi in self.scope:
+                inside |= (ts >= lo) & (ts <= hi)
+            ok = inside | (marker != SENSOR)
+        if what == "q2q4":
+            return True if ok is None else ok
+        s = np.clip(sid, 0, len(self.shoes) - 1)
+        mask = self.shoes[s] & (sid >= 0) & (marker == SENSOR)
+        if ok is not None:
+            mask &= ok
+        if what in self.drop:
+            mask &= batch.column("stopped").to_numpy(zero_copy_only=False) == 0
+        return mask
+
+
+# ------------------------------------------------------------------------------------------------
+# Small vectorised glue
+
+
+@dataclass(frozen=True)
+class KindIs:
+    """``vector_split`` mask: output ``i`` gets the rows whose ``kind`` is ``kinds[i]``."""
+
+    kinds: tuple[str, ...]
+
+    def __call__(self, i: int, batch: pa.RecordBatch):
+        return epic.pc.equal(batch.column("kind"), self.kinds[i])
+
+
+def grid_name(grid: tuple[int, int]) -> str:
+    """``(8, 13)`` -> ``"8x13"``."""
+    return f"{grid[0]}x{grid[1]}"
+
+
+@functools.lru_cache(maxsize=16)
+def _axis_map(base: int, target: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per base index along one axis: the (up to 2) target indices it overlaps and the shares,
+    as ``(targets[base, 2], shares[base, 2])`` (share 0 where there is no second target)."""
+    w = grid_weights(base, target)          # target x base
+    targets = np.zeros((base, 2), np.int64)
+    shares = np.zeros((base, 2), np.float64)
+    for k in range(base):
+        nz = np.nonzero(w[:, k])[0]
+        if len(nz) > 2:
+            raise SpecError(f"debs2013: base grid {base} cannot be folded onto {target} cells")
+        targets[k, :len(nz)] = nz
+        shares[k, :len(nz)] = w[nz, k]
+    return targets, shares
+
+
+def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
+    """Fold sparse base-grid times ``(row, cell, time)`` onto ``grid``: ``(row, cell, time)`` of
+    the non-zero coarse cells, sorted by row then cell id (``j * nx + i``)."""
+    bx, by = base
+    nx, ny = grid
+    tx, sx = _axis_map(bx, nx)
+    ty, sy = _axis_map(by, ny)
+    fi, fj = cell % bx, cell // bx
+    keys, vals = [], []
+    for a in (0, 1):
+        for b in (0, 1):
+            w = sx[fi, a] * sy[fj, b]
+            keep = w > 0
+            if not keep.any():
+                continue
+            keys.append(row[keep] * (nx * ny) + ty[fj[keep], b] * nx + tx[fi[keep], a])
+            vals.append(time[keep] * w[keep])
+    if not keys:
+        e = np.zeros(0, np.int64)
+        return e, e, np.zeros(0, np.float64)
+    keys = np.concatenate(keys)
+    vals = np.concatenate(vals)
+    uniq, inv = np.unique(keys, return_inverse=True)
+    sums = np.bincount(inv, weights=vals, minlength=len(uniq))
+    return uniq // (nx * ny), uniq % (nx * ny), sums
+
+
+def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
+    """Heat-map window output (key ``player_id``, ``window_start`` / ``window_end``, struct
+    column ``heat`` of :class:`~debs2013.q3.HeatMap`) as q3 rows of all four grids.
+
+    The same numbers as :func:`debs2013.q3.q3_rows` (coarse time = the base cells' time split
+    by overlap; percent of the player's time in the field, or of the window length), vectorised
+    over the whole batch instead of one window row at a time. Rows come per window row (in
+    batch order, i.e. by ``ts`` then player), then grid (8x13, 16x25, 32x50, 64x100), then
+    cell id; with ``dense`` every cell of every grid, else the non-zero ones.
+    """
+    n = batch.num_rows
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=Q3_OUT_SCHEMA)
+    heat = batch.column("heat")
+    parts_ = dict(zip([f.name for f in heat.type], heat.flatten()))  # slice-aware children
+    cells_l, times_l = parts_["cells"], parts_["times"]
+    counts = np.diff(cells_l.offsets.to_numpy()) if len(cells_l) else np.zeros(0, np.int64)
+    cells = cells_l.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    times = times_l.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    ends = batch.column("window_end").to_numpy(zero_copy_only=False).astype(np.int64)
+    if config.denominator == "field":
+        denom = np.bincount(row, weights=times, minlength=n)
+    else:
+        starts = batch.column("window_start").to_numpy(zero_copy_only=False).astype(np.int64)
+        denom = (ends - starts).astype(np.float64)
+    parts = []   # (row, grid index, cell, pct)
+    for gi, grid in enumerate(C.Q3_GRIDS):
+        r, c, tsum = _fold(row, cells, times, config.base_grid, grid)
+        ncell = grid[0] * grid[1]
+        if config.dense:
+            full = np.zeros(n * ncell, np.float64)
+            full[r * ncell + c] = tsum
+            r = np.repeat(np.arange(n, dtype=np.int64), ncell)
+            c = np.tile(np.arange(ncell, dtype=np.int64), n)
+            tsum = full
+        d = denom[r]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pct = np.where(d > 0, 100.0 * tsum / np.where(d > 0, d, 1.0), 0.0)
+        parts.append((r, np.full(len(r), gi, np.int64), c, pct))
+    r = np.concatenate([p[0] for p in parts])
+    g = np.concatenate([p[1] for p in parts])
+    c = np.concatenate([p[2] for p in parts])
+    pct = np.concatenate([p[3] for p in parts])
+    order = np.lexsort((c, g, r))
+    r, g, c, pct = r[order], g[order], c[order], pct[order]
+    nxs = np.array([gr[0] for gr in C.Q3_GRIDS], np.int64)[g]
+    nys = np.array([gr[1] for gr in C.Q3_GRIDS], np.int64)[g]
+    cw = _W_MM / nxs
+    ch = _H_MM / nys
+    x1 = C.FIELD["x_min"] + (c % nxs) * cw
+    y1 = C.FIELD["y_min"] + (c // nxs) * ch
+    names = pa.array([grid_name(gr) for gr in C.Q3_GRIDS], pa.string())
+    return pa.RecordBatch.from_arrays([
+        pa.array(ends[r], pa.int64()),
+        batch.column("player_id").take(pa.array(r)),
+        pa.array(x1, pa.float64()), pa.array(y1, pa.float64()),
+        pa.array(x1 + cw, pa.float64()), pa.array(y1 + ch, pa.float64()),
+        pa.array(pct, pa.float64()),
+        names.take(pa.array(g)),
+    ], schema=Q3_OUT_SCHEMA)
+
+
+_W_MM = C.FIELD["x_max"] - C.FIELD["x_min"]
+_H_MM = C.FIELD["y_max"] - C.FIELD["y_min"]
+
+
+def _seconds(ps: int) -> int | float:
+    """A period in ps as seconds for the window specs: an int, else a float whose repr is exact
+    (``few_time`` takes numbers or timedeltas, not Fractions; floats convert via their repr)."""
+    exact = Fraction(ps, C.PS_PER_S)
+    if exact.denominator == 1:
+        return int(exact)
+    value = float(exact)
+    if Fraction(repr(value)) != exact:
+        raise SpecError(f"debs2013: a period of {ps} ps is not a decimal number of seconds; "
+                        "use e.g. 0.02 or 1")
+    return value
+
+
+def _window_spec(length, period_ps: int, origin: int):
+    ef = _seconds(period_ps)
+    if length is None:
+        return epic.landmark(ef, origin=origin)
+    return epic.few_time(length, ef, ef, origin=origin)
+
+
+# ------------------------------------------------------------------------------------------------
+# The topology
+
+
+def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") -> epic.Topology:
+    """The DEBS 2013 topology for ``opts`` (see the module docstring for the graph)."""
+    t = epic.Topology(name, delay_logging=opts.delays)
+    roster = Roster.from_metadata(read_metadata(opts.metadata) if opts.metadata else None)
+    referee = opts.referee_events or str(shared_dir() / "referee-events")
+    if not Path(referee, "Game Interruption").is_dir():
+        raise SpecError(f"debs2013: referee_events={referee!r} has no 'Game Interruption' "
+                        "directory; pass the referee-events directory of the DEBS download")
+    origin = C.FIRST_HALF_START if opts.scope == "halves" else C.FIRST_HALF_START - 125 * C.PS_PER_S
+    q1cfg = _with_origin(opts.q1, origin)
+    q2cfg = _with_origin(opts.q2, origin)
+    q3cfg = _with_origin(opts.q3, origin)
+    wanted = set(opts.queries)
+
+    # -- readers and the DEBS splitter (figure 1) ---------------------------------------------
+    mode = "lenient" if opts.lenient else "strict"
+    dead = ((opts.dead_letter or os.path.join(opts.out, "dead-letter.csv")) if opts.lenient
+            else None)
+    raw = t.source("event_reader", epic.csv_source(
+        opts.input, SENSOR_SCHEMA, time="ts", unit="ps", mode=mode, dead_letter=dead,
+        batch_rows=opts.batch_rows))
+    events = t.map("mark_events", raw, with_markers, schema=GAME_SCHEMA)
+    until = last_timestamp(opts.input) if opts.trim_markers else None
+    interrupts = t.source("interrupt_reader", epic.iterator_source(
+        functools.partial(marker_batches, referee, opts.clock, until), schema=GAME_SCHEMA,
+        time="ts", unit="ps"))
+    game = t.merge("merge_by_time", [events, interrupts])
+    drop = frozenset(q for q, how in (("q1", opts.q1_interruptions),
+                                      ("q3", opts.q3_interruptions))
+                     if how == "drop" and q in wanted)
+    if drop:
+        game = t.process("game_state", game, GameState)
+    ports = tuple(p for p, qs in (("q1", {"q1"}), ("q2q4", {"q2", "q4"}), ("q3", {"q3"}))
+                  if qs & wanted)
+    shoes = (roster.player_of >= 0) & (roster.slot_of >= 0) & (roster.slot_of <= 1)
+    scope = (tuple(C.HALVES[h] for h in (1, 2)) if opts.scope == "halves" else None)
+    project = {"q1": ["sid", "ts", "x", "y", "v"], "q3": ["sid", "ts", "x", "y"],
+               "q2q4": list(GAME_SCHEMA.names)}
+    split = t.splitstream("debs_splitter", game, len(ports), epic.vector_split(
+        ListingOne(ports, shoes, scope, drop), project=[project[p] for p in ports]))
+    inputs = dict(zip(ports, split))
+
+    sinks = _Sinks(t, opts)
+
+    # -- Q1: running analysis (figure 2) -------------------------------------------------------
+    if "q1" in wanted:
+        front = t.process("q1_running", inputs["q1"],
+                          functools.partial(RunningOperator, q1cfg, roster, "both"))
+        q1a, inc = t.splitstream("q1_split", front, 2, epic.vector_split(
+            KindIs(("q1a", "increment")),
+            project=[["ts"] + Q1A_SCHEMA.names, ["ts", "player_id", "intensity_id", "time",
+                                                 "distance_nm"]]))
+        sinks.add("q1a", q1a, Q1A_SCHEMA.names)
+        stats = epic.AggSpec(RunningStats(), ("intensity_id", "time", "distance_nm"), "stats")
+        for label, length in _Q1_WINDOWS:
+            w = t.window(f"q1b_{label}_window", inc,
+                         _window_spec(length, q1cfg.emit_period_ps, origin), key="player_id",
+                         aggregates=[stats])
+            rows = t.map(f"q1b_{label}_rows", w, q1b_rows, schema=Q1B_SCHEMA, time="ts")
+            sinks.add(f"q1b_{label}", rows, Q1B_SCHEMA.names)
+
+    # -- Q2 / Q4: ball possession and shots on goal (figure 3) ------------------------------------
+    if wanted & {"q2", "q4"}:
+        balls = t.process("q2_ball_hitter", inputs["q2q4"], functools.partial(
+            BallHitter, q2cfg, roster, "q4" in wanted))
+        if "q2" in wanted:
+            poss = t.process("q2_possession", balls,
+                             functools.partial(PossessionOperator, q2cfg, roster, "both"))
+            player, slices = t.splitstream("q2_split", poss, 2, epic.vector_split(
+                KindIs(("player", "slice")),
+                project=[PLAYER_POSSESSION_SCHEMA.names, ["ts", "time_a", "time_b"]]))
+            sinks.add("q2playerpossession", player, PLAYER_POSSESSION_SCHEMA.names)
+            share = epic.AggSpec(TeamShare(), ("time_a", "time_b"), "share")
+            for label, length in _Q2_WINDOWS:
+                w = t.window(f"q2team_{label}_window", slices,
+                             _window_spec(length, q2cfg.team_period_ps, origin),
+                             aggregates=[share])
+                rows = t.map(f"q2team_{label}_rows", w, team_rows,
+                             schema=TEAM_POSSESSION_SCHEMA, time="ts")
+                sinks.add(f"q2teampossession_{label}", rows, TEAM_POSSESSION_SCHEMA.names)
+        if "q4" in wanted:
+            shots = t.process("q4_shots", balls, functools.partial(ShotOperator, opts.q4))
+            sinks.add("q4", shots, Q4_SCHEMA.names)
+
+    # -- Q3: heat map (figure 4) ------------------------------------------------------------------
+    if "q3" in wanted:
+        heat = t.process("q3_heatmap", inputs["q3"],
+                         functools.partial(HeatMapOperator, q3cfg, roster))
+        hm = epic.AggSpec(HeatMap(q3cfg.base_grid), ("cells", "times"), "heat")
+        for label, length in _Q3_WINDOWS:
+            w = t.window(f"q3_{label}_window", heat,
+                         _window_spec(length, q3cfg.period_ps, origin), key="player_id",
+                         aggregates=[hm])
+            rows = t.map(f"q3_{label}_rows", w, functools.partial(q3_all_grids, config=q3cfg),
+                         schema=Q3_OUT_SCHEMA, time="ts")
+            sinks.add(f"q3_{label}", rows, Q3_OUT_SCHEMA.names)
+    return t
+
+
+def _with_origin(cfg, origin: int):
+    from dataclasses import replace
+    return cfg if cfg.origin == origin else replace(cfg, origin=origin)
+
+
+class _Sinks:
+    def __init__(self, t: epic.Topology, opts: DebsOptions):
+        self.t, self.opts = t, opts
+
+    def add(self, name: str, stream: epic.Stream, columns) -> None:
+        o = self.opts
+        self.t.sink(f"{name}_csv", stream, epic.csv_sink(
+            os.path.join(o.out, f"{name}.csv"), columns=list(columns), delays=o.delays))
+        if o.parquet:
+            self.t.sink(f"{name}_parquet", stream, epic.parquet_sink(
+                os.path.join(o.out, f"{name}.parquet"), columns=list(columns), delays=o.delays))
