@@ -267,21 +267,38 @@ def cells(st: PlayerState, grid: tuple[int, int]) -> np.ndarray:
     return np.where(inside, j * nx + i, -1)
 
 
-def heat_window(st: PlayerState, grid: tuple[int, int], a: int, b: int) -> dict[int, float]:
-    """Percent of the player's in-field time in ``[a, b)`` per non-zero cell of ``grid``."""
+def heat_windows(st: PlayerState, grid: tuple[int, int], starts, ends, data_end: int):
+    """Per-cell time (ps) of the player in each window ``[starts[k], min(ends[k], data_end))``
+    on ``grid``: a dense float array (len(ends), nx*ny); its row sum is the in-field time.
+
+    Each sample's hold ``[t, min(next t, t + gap))`` is split at the window bounds; the pieces
+    are summed per cell between consecutive bounds and accumulated, so a window is the difference
+    of two cumulative rows."""
+    nx, ny = grid
+    starts = np.asarray(starts, np.int64)
+    ends = np.minimum(np.asarray(ends, np.int64), data_end)
     t = st.t
-    hold_end = np.concatenate([t[:-1] + st.hold, [t[-1] + st.gap]])
-    lo = np.maximum(t, a)
-    hi = np.minimum(hold_end, b)
-    dur = np.maximum(hi - lo, 0)
+    hold_end = np.minimum(np.concatenate([t[:-1] + st.hold, [t[-1] + st.gap]]), data_end)
     c = cells(st, grid)
-    m = (dur > 0) & (c >= 0)
-    if not m.any():
-        return {}
-    per = np.bincount(c[m], weights=dur[m].astype(np.float64), minlength=grid[0] * grid[1])
-    total = float(dur[m].astype(np.float64).sum())
-    nz = np.nonzero(per)[0]
-    return {int(k): 100.0 * float(per[k]) / total for k in nz}
+    keep = (c >= 0) & (hold_end > t)
+    lo, hi, c = t[keep], hold_end[keep], c[keep]
+    q = np.unique(np.concatenate([starts, ends]))
+    # split every hold at the bounds q strictly inside it
+    k0 = np.searchsorted(q, lo, side="right")
+    k1 = np.searchsorted(q, hi, side="left")
+    reps = k1 - k0 + 1
+    idx = np.repeat(np.arange(len(lo)), reps)
+    off = np.arange(len(idx)) - np.repeat(np.cumsum(reps) - reps, reps)
+    k = k0[idx] + off  # the piece lies in [q[k-1], q[k]) (k = len(q): after the last bound)
+    a = np.where(off == 0, lo[idx], q[np.minimum(k - 1, len(q) - 1)])
+    b = np.where(k < k1[idx], q[np.minimum(k, len(q) - 1)], hi[idx])
+    dur = (b - a).astype(np.float64)
+    ncell = nx * ny
+    per = np.bincount(k * ncell + c[idx], weights=dur, minlength=(len(q) + 1) * ncell)
+    cum = np.cumsum(per.reshape(len(q) + 1, ncell), axis=0)  # row k: time before q[k]
+    ia = np.searchsorted(q, starts)
+    ib = np.searchsorted(q, ends)
+    return cum[ib] - cum[ia]
 
 
 def cell_corners(cell: int, grid: tuple[int, int]) -> tuple[float, float, float, float]:
