@@ -22,7 +22,7 @@ import pytest
 
 import offline as off
 from debs2013 import constants as C
-from debs2013.config import Q1Config
+from debs2013.config import Q1Config, Q2Config, Q4Config
 from debs2013.q1 import INCREMENT_SCHEMA, RunningOperator, RunningStats, q1b_rows
 from epic.aggregates import AggSpec
 from epic.windows import WindowOperator, few_time, landmark
@@ -281,3 +281,159 @@ def test_q3_8x13_exact_with_64x1300_base(short_game, offline_q1, heat_maps):
     "base_grid=(64, 1300)."))
 def test_q3_8x13_default_config_equals_offline(short_game, offline_q1, heat_maps):
     _check_q3(short_game, offline_q1, heat_maps, 60, [(8, 13)], (64, 100), every=4)
+
+
+# ------------------------------------------------------------------------------------------------
+# Q2 / Q4 against the planted truth
+
+HIT_TOL_PS = 5 * 10**9  # 5 ms around a planted hit's [ts_first, ts_last] bracket
+
+
+@pytest.fixture(scope="module")
+def ball_events(short_game):
+    """BallHitter over the sensor stream merged (by ts) with the real interruption markers."""
+    from debs2013.common import marker_batch, with_markers
+    from debs2013.q2 import BallHitter
+    from debs2013.readers import interruption_markers, read_game_interruptions
+
+    mk = interruption_markers(read_game_interruptions())
+    mk = [m for m in mk if m.ts <= short_game.end]
+    sensors = pa.Table.from_batches([with_markers(b) for b in short_game.table.to_batches()])
+    g = pa.concat_tables([sensors, pa.Table.from_batches(
+        [marker_batch([m.ts for m in mk], [m.kind for m in mk])])])
+    g = g.take(pa.array(np.argsort(g.column("ts").to_numpy(), kind="stable")))
+    return pa.Table.from_batches(_run(BallHitter(), g.to_batches(BATCH_ROWS)))
+
+
+def _stopped(ts, truth):
+    return any(i["begin_ts"] <= ts < i["end_ts"] for h in truth["halves"]
+               for i in h["interruptions"])
+
+
+def _match_hits(ball_events, truth):
+    from debs2013.q2 import HIT
+
+    ev = ball_events.to_pandas()
+    det = ev[ev["kind"] == HIT][["ts", "player_id"]].sort_values("ts").reset_index(drop=True)
+    planted = [h for half in truth["halves"] for h in half["hits"]]
+    live = [h for h in planted if not _stopped(h["ts"], truth)]
+    used = np.zeros(len(det), bool)
+    matched = 0
+    for h in live:
+        c = det[(det["player_id"] == h["player"]) & (det["ts"] >= h["ts_first"] - HIT_TOL_PS)
+                & (det["ts"] <= h["ts_last"] + HIT_TOL_PS)].index
+        c = [i for i in c if not used[i]]
+        if c:
+            used[c[0]] = True
+            matched += 1
+    return len(live), matched, len(det), int(used.sum())
+
+
+def test_hits_recall_and_precision(ball_events, short_game):
+    """Detected hits (BallHitter, default config) vs planted hits outside interruptions: a planted
+    hit is found by a hit of the same player within its [ts_first, ts_last] bracket +- 5 ms
+    (one-to-one); recall and precision >= 0.98."""
+    n_live, matched, n_det, used = _match_hits(ball_events, short_game.truth)
+    assert n_live >= 100
+    recall, precision = matched / n_live, used / n_det
+    print(f"hits: planted {n_live}, detected {n_det}, recall {recall:.4f}, "
+          f"precision {precision:.4f}")
+    assert recall >= 0.98 and precision >= 0.98, (recall, precision)
+
+
+def test_shots_found_with_shooter(ball_events, short_game):
+    """Every planted shot has a q4 report by its shooter starting within its hit bracket and the
+    0.2 s pending time; at most one report per half matches no planted shot."""
+    from debs2013.q4 import ShotOperator
+
+    q4 = pa.Table.from_batches(_run(ShotOperator(), ball_events.to_batches(BATCH_ROWS)))
+    q4 = q4.to_pandas().sort_values("ts")
+    ts = q4["ts"].to_numpy()
+    # a report: consecutive rows of one shooter without a gap of more than 2 ball samples
+    new = np.r_[True, (np.diff(ts) > 2 * C.BALL_SENSOR_PERIOD_PS)
+                | (q4["player_id"].to_numpy()[1:] != q4["player_id"].to_numpy()[:-1])]
+    reports = q4[new][["ts", "player_id"]].reset_index(drop=True)
+    used = set()
+    for half in short_game.truth["halves"]:
+        hits = {(h["ts"], h["player"]): h for h in half["hits"]}
+        for s in half["shots"]:
+            h = hits[(s["start_ts"], s["shooter"])]
+            c = reports[(reports["player_id"] == s["shooter"])
+                        & (reports["ts"] >= h["ts_first"] - HIT_TOL_PS)
+                        & (reports["ts"] <= h["ts_last"] + Q4Config().pending_ps)].index
+            assert len(c), f"planted shot not found: {s}"
+            used.add(int(c[0]))
+        lo, hi = half["data_start_ts"], half["data_end_ts"]
+        false = [i for i in reports.index if i not in used and lo <= reports["ts"][i] <= hi]
+        assert len(false) <= 1, reports.loc[false].to_string()
+    assert sum(len(h["shots"]) for h in short_game.truth["halves"]) >= 2
+
+
+def test_possession_time_per_player(ball_events, short_game):
+    """Per player, the final q2 possession time (default ``first_to_last``: on each further hit of
+    the same player in an unbroken run the time since his previous hit is added) vs the planted
+    possessions: the sum of (last planted hit - first planted hit) of each possession, both taken
+    at ``ts_first`` (the first sample over 55 m/s², where the detector fires, not the peak), with
+    the configured epsilon dropping policy (0.2 s) applied to the planted hits as well.
+    Within 2 % (players with planted time; players without must have < 0.05 s)."""
+    from debs2013.q2 import PossessionOperator
+
+    got = pa.Table.from_batches(_run(PossessionOperator(emit="players"),
+                                     ball_events.to_batches(BATCH_ROWS))).to_pandas()
+    final = got.groupby("player_id")["time"].last().to_dict()
+    eps = Q2Config().epsilon_ps
+    truth = {}
+    for half in short_game.truth["halves"]:
+        # the detector's dropping policy applied to the planted hits: a hit of P less than
+        # epsilon (0.2 s) after P's last counted hit is the same contact (e.g. a receive and a
+        # kick 0.17 s apart are one hit), so it cannot end a possession
+        counted, last = {}, {}
+        for h in sorted(half["hits"], key=lambda h: h["ts_first"]):
+            ok = h["ts_first"] - last.get(h["player"], -eps) >= eps
+            if ok:
+                last[h["player"]] = h["ts_first"]
+            counted[(h["ts"], h["player"])] = (h["ts_first"], ok)
+        for p in half["possessions"]:
+            a, _ = counted[(p["start_ts"], p["player"])]
+            hits = sorted(t for (ts, who), (t, ok) in counted.items()
+                          if who == p["player"] and ok and a <= t
+                          and ts <= p["end_ts"])
+            truth[p["player"]] = truth.get(p["player"], 0) + (hits[-1] - a)
+    assert sum(1 for v in truth.values() if v > 0) >= 8
+    errors = {}
+    for name in off.PLAYERS:
+        t = truth.get(name, 0) / PS
+        g = final.get(name, 0.0)
+        errors[name] = (t, g, abs(g - t) / t if t > 0 else None)
+    print("possession (truth s, q2 s, rel err):", errors)
+    for name, (t, g, rel) in errors.items():
+        if t > 0:
+            assert rel <= 0.02, (name, t, g)
+        else:
+            assert g < 0.05, (name, t, g)
+
+
+# ------------------------------------------------------------------------------------------------
+# FEW: early emissions
+
+
+def test_first_window_emissions_come_every_ef(increments_50hz, heat_maps):
+    """Long windows emit from the first ``ef`` on (FEW's landmark sub-windows), not after their
+    length: the 20-minute q1b window and the 10-minute q3 window emit at kick-off + ef, + 2 ef, ...
+    for every player, with the growing window [kick-off, t)."""
+    ef = Q1Config().emit_period_ps
+    got = _q1b(increments_50hz, few_time(1200, ef / PS, ef / PS, origin=C.FIRST_HALF_START),
+               first_half_only=True)
+    for name, g in got.groupby("player_id"):
+        ts = np.sort(g["ts"].to_numpy())
+        assert ts[0] == C.FIRST_HALF_START + ef
+        assert (np.diff(ts[:500]) == ef).all()
+    from debs2013.q3 import HEATMAP_SCHEMA, HeatMap
+    op = WindowOperator(few_time(600, 1, 1, origin=C.FIRST_HALF_START),
+                        [AggSpec(HeatMap(), ("cells", "times"), "heat")], HEATMAP_SCHEMA, "ts",
+                        "ps", key="player_id")
+    t = pa.Table.from_batches(_run(op, heat_maps())).to_pandas()
+    for name, g in t.groupby("player_id"):
+        ends = np.sort(g["window_end"].to_numpy())[:60]
+        assert (ends == C.FIRST_HALF_START + PS * np.arange(1, 61)).all(), name
+        assert (g["window_start"] == C.FIRST_HALF_START).iloc[:60].all()
