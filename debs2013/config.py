@@ -146,9 +146,10 @@ class Q3Config:
 
     Attributes:
         base_grid: the finest grid kept in state, ``(cells along x, cells along y)``. The
-            default ``(64, 100)`` derives 32x50 and 16x25 exactly and 8x13 by splitting each fine
-            cell's time over the coarse cells in proportion to their overlap (100 is not a multiple
-            of 13). ``(64, 1300)`` makes every grid exact at 13x the memory.
+            default ``(64, 1300)`` derives all four grids exactly (1300 is a multiple of 100, 50,
+            25 and 13), which spec §7 needs: each sample's time belongs to the cell it lies in.
+            ``(64, 100)`` keeps 13x less state but can only split a fine cell's time over the
+            8x13 cells in proportion to their overlap, which is not exact for 8x13.
         period_ps: one heat map per player per period (1 s) and the windows' ``ef``.
         max_gap_ps: a position sample stands for at most this long (see :class:`Q1Config`).
         denominator: ``"field"``: percent of the player's time inside the field in the window
@@ -157,7 +158,7 @@ class Q3Config:
         origin: the heat-map grid origin (kick-off by default).
     """
 
-    base_grid: tuple[int, int] = (64, 100)
+    base_grid: tuple[int, int] = (64, 1300)
     period_ps: int = C.Q3_EMIT_PERIOD_PS
     max_gap_ps: int = C.PS_PER_S
     denominator: str = "field"

@@ -258,7 +258,7 @@ class HeatMap(Aggregate):
 
     name = "heat_map"
 
-    def __init__(self, base_grid: tuple[int, int] = (64, 100)):
+    def __init__(self, base_grid: tuple[int, int] = (64, 1300)):
         self.base_grid = tuple(base_grid)
         self.size = base_grid[0] * base_grid[1]
 

@@ -22,7 +22,7 @@ import pytest
 
 import offline as off
 from debs2013 import constants as C
-from debs2013.config import Q1Config, Q2Config, Q4Config
+from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
 from debs2013.q1 import INCREMENT_SCHEMA, RunningOperator, RunningStats, q1b_rows
 from epic.aggregates import AggSpec
 from epic.windows import WindowOperator, few_time, landmark
@@ -273,14 +273,17 @@ def test_q3_8x13_exact_with_64x1300_base(short_game, offline_q1, heat_maps):
     _check_q3(short_game, offline_q1, heat_maps, 60, [(8, 13)], (64, 1300), every=4)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Q3Config's default base_grid=(64, 100) derives 8x13 by splitting each fine cell's time over "
-    "the coarse cells in proportion to their overlap (100 is not a multiple of 13); spec §7 gives "
-    "each sample's time to the cell its position lies in, so 8x13 cells that a 64x100 row "
-    "straddles get wrong percentages (measured: up to tens of percentage points). Exact with "
-    "base_grid=(64, 1300)."))
 def test_q3_8x13_default_config_equals_offline(short_game, offline_q1, heat_maps):
-    _check_q3(short_game, offline_q1, heat_maps, 60, [(8, 13)], (64, 100), every=4)
+    """The default base grid (64x1300) derives 8x13 exactly (spec §7: time to the cell the
+    sample lies in)."""
+    _check_q3(short_game, offline_q1, heat_maps, 60, [(8, 13)], Q3Config().base_grid, every=4)
+
+
+def test_q3_8x13_from_64x100_is_only_approximate(short_game, offline_q1, heat_maps):
+    """The smaller 64x100 base can only split fine cells over 8x13 by overlap: it differs from
+    the exact computation (why it is not the default)."""
+    with pytest.raises(AssertionError):
+        _check_q3(short_game, offline_q1, heat_maps, 60, [(8, 13)], (64, 100), every=4)
 
 
 # ------------------------------------------------------------------------------------------------

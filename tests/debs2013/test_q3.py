@@ -13,7 +13,7 @@ from epic.aggregates import AggSpec
 from epic.windows import WindowOperator, few_time
 from qkit import MS, PS, assert_cut_invariant, game, run_table
 
-CFG = Q3Config(origin=0)
+CFG = Q3Config(origin=0, base_grid=(64, 100))  # small cell numbers in the expectations
 
 
 def test_cell_numbering_and_edges():
