@@ -52,7 +52,7 @@ from epic import serde
 from epic.errors import SpecError, StateError
 
 __all__ = ["DebsOptions", "build_topology", "OUTPUT_FILES", "Q3_OUT_SCHEMA", "ListingOne",
-           "GameState", "q3_all_grids", "last_timestamp", "grid_name", "QUERIES"]
+           "GameState", "q3_all_grids", "data_span", "grid_name", "QUERIES"]
 
 QUERIES = ("q1", "q2", "q3", "q4")
 
@@ -96,8 +96,10 @@ class DebsOptions:
             ``"all"``: keep every row (origins move 125 s before kick-off).
         q1_interruptions / q3_interruptions: ``"ignore"`` (spec default: players keep moving) or
             ``"drop"``: sensor rows inside interruptions do not reach the query.
-        trim_markers: drop interruption markers after the input's last row (short or cut games;
-            they would stretch Q2's team windows over minutes without data).
+        trim_markers: drop interruption markers before the input's first row and after its last
+            (short or cut games: they would stretch Q2's team slices and windows over time
+            without data). The real game starts 124 s before the first marker, so nothing
+            changes there.
         batch_rows: rows per input batch.
         q1, q2, q3, q4: the queries' switches (:mod:`debs2013.config`).
     """
@@ -140,32 +142,41 @@ class DebsOptions:
 # The interrupt reader
 
 
-def last_timestamp(path: str | os.PathLike) -> int | None:
-    """The ``ts`` of a plain game CSV's last row (read from the file's tail), else None."""
+def _ts_of(line: bytes) -> int | None:
+    parts = line.split(b",")
+    if len(parts) != 13:
+        return None
+    try:
+        return int(parts[1])
+    except ValueError:
+        return None
+
+
+def data_span(path: str | os.PathLike) -> tuple[int, int] | None:
+    """``(first ts, last ts)`` of a plain game CSV, from its first and last lines (two small
+    reads, not a scan); None for ``.gz`` files, missing files or unparsable lines."""
     path = Path(path)
     if path.suffix == ".gz" or not path.is_file():
         return None
     with open(path, "rb") as f:
+        head = f.read(4096).splitlines()
         f.seek(0, os.SEEK_END)
         size = f.tell()
         f.seek(max(0, size - 4096))
-        lines = [ln for ln in f.read().splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        parts = ln.split(b",")
-        if len(parts) == 13:
-            try:
-                return int(parts[1])
-            except ValueError:
-                return None
-    return None
+        tail = [ln for ln in f.read().splitlines() if ln.strip()]
+    first = next((t for t in map(_ts_of, head) if t is not None), None)
+    last = next((t for t in map(_ts_of, reversed(tail)) if t is not None), None)
+    return None if first is None or last is None else (first, last)
 
 
-def marker_batches(referee_dir: str, clock: str, until: int | None) -> list[pa.RecordBatch]:
+def marker_batches(referee_dir: str, clock: str,
+                   span: tuple[int, int] | None) -> list[pa.RecordBatch]:
     """The interrupt reader's rows: Begin (:data:`~debs2013.common.STOP`) and End
-    (:data:`~debs2013.common.RESUME`) markers of both halves in ``ts`` order, up to ``until``."""
+    (:data:`~debs2013.common.RESUME`) markers of both halves in ``ts`` order; with ``span`` only
+    those inside ``[first, last]`` of the sensor data."""
     markers = interruption_markers(read_game_interruptions(referee_dir, clock=clock))
-    if until is not None:
-        markers = [m for m in markers if m.ts <= until]
+    if span is not None:
+        markers = [m for m in markers if span[0] <= m.ts <= span[1]]
     return [marker_batch([m.ts for m in markers], [m.kind for m in markers])]
 
 
@@ -270,6 +281,25 @@ class KindIs:
 
     def __call__(self, i: int, batch: pa.RecordBatch):
         return epic.pc.equal(batch.column("kind"), self.kinds[i])
+
+
+@dataclass(frozen=True)
+class AtSliceEnd:
+    """Map: re-stamp slice rows ``[ts, ts + period)`` to their last picosecond.
+
+    Why: the heat-map and possession front ends release a slice once input time has reached
+    its end, after the runtime has already forwarded a watermark past the slice's start; the
+    windows downstream would count such rows as late. Any time inside the slice puts the row
+    in exactly the same windows (their boundaries and instants lie on the slice grid), and the
+    last picosecond is never behind the watermark when the slice is released.
+    """
+
+    period_ps: int
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        i = batch.schema.get_field_index("ts")
+        ts = epic.pc.add(batch.column(i), self.period_ps - 1)
+        return batch.set_column(i, batch.schema.field(i), ts)
 
 
 def grid_name(grid: tuple[int, int]) -> str:
@@ -433,9 +463,9 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
         opts.input, SENSOR_SCHEMA, time="ts", unit="ps", mode=mode, dead_letter=dead,
         batch_rows=opts.batch_rows))
     events = t.map("mark_events", raw, with_markers, schema=GAME_SCHEMA)
-    until = last_timestamp(opts.input) if opts.trim_markers else None
+    span = data_span(opts.input) if opts.trim_markers else None
     interrupts = t.source("interrupt_reader", epic.iterator_source(
-        functools.partial(marker_batches, referee, opts.clock, until), schema=GAME_SCHEMA,
+        functools.partial(marker_batches, referee, opts.clock, span), schema=GAME_SCHEMA,
         time="ts", unit="ps"))
     game = t.merge("merge_by_time", [events, interrupts])
     drop = frozenset(q for q, how in (("q1", opts.q1_interruptions),
@@ -479,10 +509,11 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
         if "q2" in wanted:
             poss = t.process("q2_possession", balls,
                              functools.partial(PossessionOperator, q2cfg, roster, "both"))
-            player, slices = t.splitstream("q2_split", poss, 2, epic.vector_split(
+            player, slices0 = t.splitstream("q2_split", poss, 2, epic.vector_split(
                 KindIs(("player", "slice")),
                 project=[PLAYER_POSSESSION_SCHEMA.names, ["ts", "time_a", "time_b"]]))
             sinks.add("q2playerpossession", player, PLAYER_POSSESSION_SCHEMA.names)
+            slices = t.map("q2_slice_end", slices0, AtSliceEnd(q2cfg.team_period_ps))
             share = epic.AggSpec(TeamShare(), ("time_a", "time_b"), "share")
             for label, length in _Q2_WINDOWS:
                 w = t.window(f"q2team_{label}_window", slices,
@@ -497,8 +528,9 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
 
     # -- Q3: heat map (figure 4) ------------------------------------------------------------------
     if "q3" in wanted:
-        heat = t.process("q3_heatmap", inputs["q3"],
+        maps = t.process("q3_heatmap", inputs["q3"],
                          functools.partial(HeatMapOperator, q3cfg, roster))
+        heat = t.map("q3_slice_end", maps, AtSliceEnd(q3cfg.period_ps))
         hm = epic.AggSpec(HeatMap(q3cfg.base_grid), ("cells", "times"), "heat")
         for label, length in _Q3_WINDOWS:
             w = t.window(f"q3_{label}_window", heat,

@@ -45,7 +45,7 @@ clock = epic.param("clock", "A", help="annotation clock option of spec 4.3: A, B
 scope = epic.param("scope", "halves", help="halves: drop rows outside the halves; all: keep")
 q1_interruptions = epic.param("q1_interruptions", "ignore", help="ignore | drop")
 q3_interruptions = epic.param("q3_interruptions", "ignore", help="ignore | drop")
-trim_markers = epic.param("trim_markers", True, help="drop markers after the input's last row")
+trim_markers = epic.param("trim_markers", True, help="drop markers outside the input's time span")
 # Q1
 q1_period = epic.param("q1_period", "0.02", help="q1 emission period, s (50 Hz; EPIC: 1)")
 q1_boundary = epic.param("q1_boundary", "le", help="speed on a class limit: le (lower) | lt")

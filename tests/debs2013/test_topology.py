@@ -1,0 +1,155 @@
+"""The DEBS 2013 topology end to end: validation, the 15 files, early FEW emissions, shots, graph.
+
+One short generated game (0.5 min per half, seed 1); the runs use its 2nd half only, which holds
+a planted shot and interruptions and keeps the test fast (a whole short game spends most of its
+output on the ~38 minutes of event time between the two short halves, where the landmark windows
+keep emitting).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import epic
+from debs2013 import constants as C
+from debs2013.dataflow import OUTPUT_FILES, Q3_OUT_SCHEMA, DebsOptions, build_topology
+from debs2013.generator import generate_game
+from epic.cli import app, load_topology
+
+TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "debs2013.py"
+PS = C.PS_PER_S
+
+
+@pytest.fixture(scope="module")
+def game(tmp_path_factory):
+    """(2nd-half game CSV, truth dict) of a 0.5-minute-per-half game."""
+    d = tmp_path_factory.mktemp("debs")
+    res = generate_game(d / "game.csv", minutes=0.5, seed=1)
+    truth = json.loads(Path(res.truth_path).read_text())
+    h2 = d / "game_h2.csv"
+    with open(res.game_path, "rb") as src, open(h2, "wb") as dst:
+        for line in src:
+            if int(line.split(b",", 2)[1]) >= C.SECOND_HALF_START:
+                dst.write(line)
+    return h2, truth
+
+
+@pytest.fixture(scope="module")
+def run(game, tmp_path_factory):
+    """The full topology run once with ``epic.run``: (output dir, RunResult)."""
+    out = tmp_path_factory.mktemp("out")
+    t = build_topology(DebsOptions(input=str(game[0]), out=str(out)))
+    return out, epic.run(t)
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_topology_file_validates(game, tmp_path):
+    """The topology file builds from its params and validates without warnings."""
+    t = load_topology(TOPOLOGY, params={"input": str(game[0]), "out": str(tmp_path),
+                                        "clock": "b", "q1_period": "1", "delays": "true"})
+    assert t.validate(warn=False) == []
+    names = set(t.nodes)
+    assert {"event_reader", "interrupt_reader", "merge_by_time", "debs_splitter", "q1_running",
+            "q2_ball_hitter", "q2_possession", "q4_shots", "q3_heatmap"} <= names
+    assert sum(1 for n in t.nodes.values() if n.kind == "window") == 12
+    assert sum(1 for n in t.nodes.values() if n.kind == "sink") == 15
+
+
+def test_unknown_switch_value_is_an_error(game, tmp_path):
+    """A bad switch names the parameter and the allowed values."""
+    with pytest.raises(epic.EpicError, match="clock"):
+        load_topology(TOPOLOGY, params={"input": str(game[0]), "out": str(tmp_path),
+                                        "clock": "D"})
+
+
+def test_writes_the_15_files_with_spec_headers(run):
+    """All 15 EPIC files exist with the spec's columns (q3: plus ``grid``) and rows."""
+    out, _ = run
+    assert sorted(p.name for p in out.glob("*.csv")) == sorted(OUTPUT_FILES)
+    for name, (_, schema) in OUTPUT_FILES.items():
+        with open(out / name, newline="") as f:
+            header = next(csv.reader(f))
+            assert header == schema.names, name
+            assert next(csv.reader(f), None) is not None, f"{name} is empty"
+    assert Q3_OUT_SCHEMA.names[-1] == "grid"
+    grids = {r["grid"] for r in _rows(out / "q3_1M.csv")}
+    assert grids == {"8x13", "16x25", "32x50", "64x100"}
+
+
+def test_first_window_emissions_come_early(run, game):
+    """FEW: every window emits from its first ef on, long before its length has passed."""
+    out, _ = run
+    start = C.SECOND_HALF_START
+    origin = C.FIRST_HALF_START
+    for name, ef in (("q1b_20M.csv", PS // 50), ("q1b_landmark.csv", PS // 50),
+                     ("q2teampossession_20min.csv", PS // 50), ("q3_10M.csv", PS),
+                     ("q3_landmark.csv", PS)):
+        ts = sorted({int(r["ts"]) for r in _rows(out / name)})
+        assert (ts[0] - origin) % ef == 0, name                  # instants on the ef grid
+        assert ts[0] - start <= 2 * PS, name                     # within 2 s of the data
+        steps = {b - a for a, b in zip(ts[:50], ts[1:51])}
+        assert steps == {ef}, (name, steps)                      # then every ef
+
+
+def test_shot_rows_around_the_planted_shot(run, game):
+    """q4 reports the planted shot's shooter from about its start for a while."""
+    out, _ = run
+    shots = [s for h in game[1]["halves"] if h["half"] == 2 for s in h["shots"]]
+    assert shots
+    rows = _rows(out / "q4.csv")
+    for s in shots:
+        near = [r for r in rows if s["start_ts"] - PS // 2 <= int(r["ts"]) <= s["end_ts"]]
+        assert near, s
+        assert {r["player_id"] for r in near} == {s["shooter"]}
+    first = min(int(r["ts"]) for r in rows)
+    assert min(abs(first - s["start_ts"]) for s in shots) < PS // 2
+
+
+def test_q2_and_q3_windows_see_no_late_rows(run):
+    """The possession and heat-map slices reach their windows on time (re-stamped to the slice
+    end), so no slice is dropped."""
+    _, res = run
+    for name, st in res.nodes.items():
+        if name.startswith(("q2team_", "q3_")) and st.kind == "window":
+            assert st.late_rows == 0, name
+
+
+@pytest.mark.xfail(reason="runtime forwards a process node's input watermark, but the Q1 front "
+                          "end releases increments up to ~1 s later (1-second rule); see "
+                          "docs/debs2013.md, known issues", strict=False)
+def test_q1_windows_see_no_late_rows(run):
+    """Every Q1 increment reaches the q1b windows (none behind the watermark)."""
+    _, res = run
+    for name, st in res.nodes.items():
+        if name.startswith("q1b_") and st.kind == "window":
+            assert st.late_rows == 0, name
+
+
+def test_delays_prepend_two_wall_clock_columns(game, tmp_path):
+    """``delays`` writes entry and write times (ns) first in every row."""
+    t = build_topology(DebsOptions(input=str(game[0]), out=str(tmp_path), delays=True,
+                                   queries=("q2", "q4")))
+    epic.run(t)
+    rows = _rows(tmp_path / "q4.csv")
+    assert list(rows[0])[:3] == ["entry_time", "write_time", "ts"]
+    assert all(int(r["write_time"]) >= int(r["entry_time"]) > 0 for r in rows)
+
+
+def test_graph_renders(game, tmp_path):
+    """``epic graph`` draws the topology (DOT) with the splitter's fan-out."""
+    dot = tmp_path / "debs.dot"
+    res = CliRunner().invoke(app, ["graph", str(TOPOLOGY), "-o", str(dot), "--",
+                                   "--input", str(game[0]), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    text = dot.read_text()
+    for node in ("debs_splitter", "q1b_landmark_window", "q4_shots", "q3_10M_rows"):
+        assert node in text
