@@ -427,6 +427,7 @@ class _Stats:
     def __init__(self, d: _Deploy):
         self.d = d
         self.rows_in: dict[str, dict[int, int]] = {}
+        self.busy: dict[str, dict[int, int]] = {}
         self.last: dict[str, dict] = {}
 
     def update(self) -> None:
@@ -436,8 +437,13 @@ class _Stats:
                 prog = q.recentProgress
             except Exception:  # noqa: BLE001 - a stopped query
                 prog = []
+            busy = self.busy.setdefault(name, {})
             for p in prog:
-                seen[int(p["batchId"])] = int(p.get("numInputRows") or 0)
+                rows = int(p.get("numInputRows") or 0)
+                seen[int(p["batchId"])] = rows
+                if rows:
+                    busy[int(p["batchId"])] = int((p.get("durationMs") or {})
+                                                  .get("triggerExecution") or 0)
             if prog:
                 self.last[name] = prog[-1]
 
@@ -461,6 +467,7 @@ class _Stats:
                 "rows_per_s": round(float(p.get("processedRowsPerSecond") or 0.0), 1),
                 "batch_ms": (p.get("durationMs") or {}).get("triggerExecution"),
                 "batches": len(self.rows_in.get(name, {})),
+                "busy_ms": sum(self.busy.get(name, {}).values()),
                 "watermark": min(wms) if wms else None,
                 "ended": bool(offs) and all(o.eos for o in offs),
                 "active": bool(q.isActive),

@@ -28,7 +28,7 @@ TOPOLOGY = textwrap.dedent('''
 
 
     def readings():
-        for i in range(40):
+        for i in range(30):
             for j in range(100):
                 yield {"k": j % 4, "ts": i * 100 + j, "v": float((i * 7 + j) % 13)}
 

@@ -1,0 +1,181 @@
+#!/usr/bin/env python
+"""Throughput and latency of epic deploy hops over Arrow topics (issue 4, section 7).
+
+Cases (one shared local[2] SparkSession, started before any timing):
+
+* ``chain``: source -> map -> filter -> map -> Parquet sink, ``--rows`` rows in 1 M-row batches;
+  per stateless hop: rows / (sum of that query's micro-batch durations);
+* ``stateful 16`` / ``stateful 10000``: source -> keyed 1 s tumbling count window -> sink, with 16
+  and 10 000 keys; the same rate for the window hop, and its microseconds per row;
+* CPU-us per row per hop: CPU time of the machine (``/proc/stat``) during the case / rows / hops
+  (so it includes Spark's own overhead and the source and sink queries);
+* ``latency``: a live source producing 200 K rows/s (20 K-row batches every 0.1 s) with delay
+  logging -> map -> CSV sink with delay columns, run for ``--live-seconds`` then stopped; p50/p99
+  of write time - entry time.
+
+Targets: >= 200 K rows/s per stateless hop; stateful hop <= 6 us/row at 16 keys. Exit 1 if missed.
+
+    .venv/bin/python scripts/bench_topics.py [--rows 4000000] [--live-seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import epic  # noqa: E402
+
+STATELESS_TARGET = 200_000
+STATEFUL_US_TARGET = 6.0
+
+
+def _cpu_seconds() -> float:
+    with open("/proc/stat") as f:
+        parts = f.readline().split()[1:]
+    vals = [int(x) for x in parts]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return (sum(vals[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _batches(rows: int, keys: int, batch: int = 1_000_000):
+    def gen():
+        for start in range(0, rows, batch):
+            n = min(batch, rows - start)
+            i = np.arange(start, start + n, dtype=np.int64)
+            yield {"key": i % keys, "ts": i // 1000, "v": (i % 1000).astype(np.float64)}
+    return gen
+
+
+SCHEMA = {"key": "int64", "ts": "int64", "v": "float64"}
+
+
+def chain_topology(rows: int, out: str):
+    t = epic.Topology("bench_chain")
+    s = t.source("src", epic.iterator_source(_batches(rows, 16), schema=SCHEMA, time="ts",
+                                             unit="ms", batch_rows=1_000_000))
+    a = t.map("scale", s, lambda b: {"key": b["key"], "ts": b["ts"],
+                                     "v": epic.pc.multiply(b["v"], 2.0)})
+    f = t.filter("keep", a, lambda b: epic.pc.greater_equal(b["v"], 0.0))
+    c = t.map("shift", f, lambda b: {"key": b["key"], "ts": b["ts"],
+                                     "v": epic.pc.add(b["v"], 1.0)})
+    t.sink("out", c, epic.parquet_sink(out))
+    return t, ["scale", "keep", "shift"]
+
+
+def stateful_topology(rows: int, keys: int, out: str):
+    t = epic.Topology(f"bench_state_{keys}")
+    s = t.source("src", epic.iterator_source(_batches(rows, keys), schema=SCHEMA, time="ts",
+                                             unit="ms", batch_rows=1_000_000))
+    w = t.window("count", s, epic.tumbling(1, origin=0), key="key", aggregates=[epic.count()])
+    t.sink("out", w, epic.parquet_sink(out))
+    return t, ["count"]
+
+
+def hop_rates(result, hops):
+    out = {}
+    for h in hops:
+        n = result.status["nodes"][h]
+        out[h] = n["rows_in"], n.get("busy_ms") or 0
+    return out
+
+
+def run_case(spark, base, name, topo_hops, rows):
+    from epic.spark.runtime import deploy
+
+    t, hops = topo_hops
+    cpu0 = _cpu_seconds()
+    r = deploy(t, os.path.join(base, name), spark=spark, timeout=3600)
+    cpu = _cpu_seconds() - cpu0
+    res = []
+    for h in hops:
+        n = r.status["nodes"][h]
+        busy = n["busy_ms"] / 1000.0
+        res.append((h, n["rows_in"], busy, n["rows_in"] / busy if busy else float("nan"),
+                    busy * 1e6 / max(1, n["rows_in"])))
+    return r.seconds, cpu * 1e6 / (rows * (len(hops) + 2)), res
+
+
+def latency_case(spark, base, seconds: float):
+    from epic.spark.runtime import deploy, request_stop
+
+    rate, batch = 200_000, 20_000
+
+    def live():
+        i0 = 0
+        next_t = time.monotonic()
+        while True:
+            i = np.arange(i0, i0 + batch, dtype=np.int64)
+            i0 += batch
+            yield {"key": i % 16, "ts": i // 200, "v": (i % 1000).astype(np.float64)}
+            next_t += batch / rate
+            time.sleep(max(0.0, next_t - time.monotonic()))
+
+    out = os.path.join(base, "latency.csv")
+    t = epic.Topology("bench_latency", delay_logging=True)
+    s = t.source("live", epic.iterator_source(live, schema=SCHEMA, time="ts", unit="ms",
+                                              bounded=False))
+    m = t.map("scale", s, lambda b: {"key": b["key"], "ts": b["ts"],
+                                     "v": epic.pc.multiply(b["v"], 2.0)})
+    t.sink("out", m, epic.csv_sink(out, delays=True))
+    wd = os.path.join(base, "latency")
+    threading.Timer(seconds, lambda: request_stop(wd)).start()
+    deploy(t, wd, spark=spark, batch_rows=200_000)
+    import pyarrow.csv as pacsv
+
+    tab = pacsv.read_csv(out)
+    d = (tab["write_time"].to_numpy() - tab["entry_time"].to_numpy()) / 1e9
+    # Skip the first seconds (query start-up) to measure the steady state.
+    t0 = tab["entry_time"].to_numpy().min()
+    steady = d[tab["entry_time"].to_numpy() > t0 + 5e9]
+    return tab.num_rows, float(np.percentile(steady, 50)), float(np.percentile(steady, 99))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--live-seconds", type=float, default=20.0)
+    args = ap.parse_args()
+    from epic.spark import build_session
+
+    base = tempfile.mkdtemp(prefix="bench_topics_")
+    spark = build_session("local[2]", app_name="bench_topics")
+    failed = False
+    print(f"# {args.rows:,} rows per case, 1 M-row batches, local[2]")
+    print(f"| {'case':<15} | {'hop':<6} | {'rows':>10} | {'busy s':>7} | {'rows/s per hop':>14} "
+          f"| {'us/row':>7} | {'CPU-us/row/hop':>14} | {'wall s':>7} |")
+    print(f"|{'-' * 17}|{'-' * 8}|{'-' * 12}|{'-' * 9}|{'-' * 16}|{'-' * 9}|{'-' * 16}|{'-' * 9}|")
+    cases = [("chain", chain_topology(args.rows, os.path.join(base, "chain.parquet"))),
+             ("stateful 16", stateful_topology(args.rows, 16, os.path.join(base, "s16.parquet"))),
+             ("stateful 10000", stateful_topology(args.rows, 10_000,
+                                                  os.path.join(base, "s10k.parquet")))]
+    for name, th in cases:
+        wall, cpu_us, res = run_case(spark, base, name.replace(" ", "_"), th, args.rows)
+        for h, rows, busy, rate, us in res:
+            print(f"| {name:<15} | {h:<6} | {rows:>10,} | {busy:>7.2f} | {rate:>14,.0f} | "
+                  f"{us:>7.2f} | {cpu_us:>14.2f} | {wall:>7.1f} |")
+            if name == "chain" and rate < STATELESS_TARGET:
+                failed = True
+            if name == "stateful 16" and us > STATEFUL_US_TARGET:
+                failed = True
+    n, p50, p99 = latency_case(spark, base, args.live_seconds)
+    print(f"\nlive producer 200 K rows/s for {args.live_seconds:.0f} s, source -> map -> CSV: "
+          f"{n:,} rows, end-to-end latency p50 {p50:.2f} s, p99 {p99:.2f} s (first 5 s skipped)")
+    shutil.rmtree(base, ignore_errors=True)
+    if failed:
+        print("TARGET MISSED", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
