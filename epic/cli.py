@@ -259,6 +259,7 @@ def topics_stat(directory: Path = typer.Argument(..., help="A topic directory.")
 # (issue 4), using load_topology() and parse_params() above for the same topology discovery and
 # parameters as `epic run`. Keep pyspark imports inside those command functions.
 # ==============================================================================================
+__import__("epic.spark.cli", fromlist=["register"]).register(app)
 
 
 def _load_plugins(target: typer.Typer = app) -> None:

@@ -12,17 +12,26 @@ Example (a stateless node, topic to topic)::
 
 from __future__ import annotations
 
-from epic.spark.session import build_session, check_java, freeze_gc_once, session_conf
-from epic.spark.topic_sink import TopicCommitMessage, TopicStreamWriter
-from epic.spark.topic_source import (
-    FORMAT,
-    TopicDataSource,
-    TopicOffset,
-    TopicStreamReader,
-    batch_markers,
-    offsets_from_progress,
-    register,
-)
+import importlib
+
+# Names resolve lazily, so importing a submodule that needs no Spark (``epic.spark.cli``, which
+# the ``epic`` command imports) does not import pyspark.
+_LAZY = {
+    "build_session": "session", "check_java": "session", "freeze_gc_once": "session",
+    "session_conf": "session", "TopicCommitMessage": "topic_sink",
+    "TopicStreamWriter": "topic_sink", "FORMAT": "topic_source",
+    "TopicDataSource": "topic_source", "TopicOffset": "topic_source",
+    "TopicStreamReader": "topic_source", "batch_markers": "topic_source",
+    "offsets_from_progress": "topic_source", "register": "topic_source",
+}
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'epic.spark' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"epic.spark.{mod}"), name)
+
 
 __all__ = [
     "build_session",
@@ -57,6 +66,8 @@ def read_topic(spark, path: str, *, max_rows_per_trigger: int | None = None,
         retention: Delete segments every consumer has passed (needs ``consumer``).
         starting: ``earliest`` or ``latest``.
     """
+    from epic.spark.topic_source import FORMAT, register
+
     register(spark)
     r = spark.readStream.format(FORMAT).option("path", str(path)).option("starting", starting)
     if max_rows_per_trigger is not None:
@@ -84,6 +95,8 @@ def write_topic(df, path: str, *, producer: str, checkpoint: str, time_column: s
         propagate_markers: Stamp segments with the upstream watermark and end of stream.
         query_name: Spark query name (default: ``producer``).
     """
+    from epic.spark.topic_source import FORMAT
+
     w = (df.writeStream.format(FORMAT).option("path", str(path)).option("producer", producer)
          .option("checkpointLocation", str(checkpoint)).option("time_unit", time_unit)
          .queryName(query_name or producer))
