@@ -251,6 +251,14 @@ class RunningOperator:
         inc = self._release(end, final=True)
         return self._build(out_rows, inc)
 
+    @property
+    def output_watermark(self) -> int | None:
+        """Watermark hold: increments of slices not yet decided by the 1-second rule come later,
+        stamped with their slice start, so nothing before ``_inc_done`` is final yet."""
+        if self.emit == "q1a":
+            return None
+        return self._inc_done
+
     # -- core -------------------------------------------------------------------------------
     def _advance(self, pl, slot, ts, v, x, y, frontier) -> list[pa.RecordBatch]:
         cfg = self.config

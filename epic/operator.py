@@ -15,6 +15,12 @@ Call order, for one operator instance::
 Each ``on_*`` call returns a list of output ``pyarrow.RecordBatch`` objects (possibly empty), all of
 the operator's declared output schema. Watermarks are integers in the stream's time unit and mean:
 no element with a smaller event time will arrive any more.
+
+Watermark holds: after each call a runtime forwards the input watermark to the node's consumers.
+An operator that may still emit rows *older* than its input watermark (because it holds rows back
+until a later decision, like a rule that needs one more second of data) must say so with an
+optional ``output_watermark`` attribute: the smallest event time it may still emit, or ``None``
+for no hold. Runtimes then forward ``min(input watermark, output_watermark)``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
-__all__ = ["Operator", "ENTRY_COLUMN"]
+__all__ = ["Operator", "ENTRY_COLUMN", "watermark_hold"]
 
 #: Reserved column carrying, per row, the wall-clock arrival time (ns since the epoch) of the newest
 #: input row that contributed to it (EPIC's delay logging). Operators propagate it when present.
@@ -35,6 +41,7 @@ class Operator(Protocol):
     """Runtime logic of one node (see the module docstring for the call order)."""
 
     output_schema: pa.Schema
+    # optional: output_watermark (int | None), the watermark hold described above
 
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         """Consume one input batch; return the output it makes complete."""
@@ -50,3 +57,9 @@ class Operator(Protocol):
 
     def restore(self, data: bytes) -> None:
         """Replace the state with one produced by :meth:`snapshot`."""
+
+
+def watermark_hold(op, watermark: int) -> int:
+    """The watermark a runtime forwards after ``op`` handled input up to ``watermark``."""
+    hold = getattr(op, "output_watermark", None)
+    return watermark if hold is None else min(watermark, int(hold))

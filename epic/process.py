@@ -385,6 +385,11 @@ class OperatorProcess:
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         return self._out(self.op.on_watermark(watermark))
 
+    @property
+    def output_watermark(self) -> int | None:
+        """The user operator's watermark hold, if it declares one."""
+        return getattr(self.op, "output_watermark", None)
+
     def on_end(self) -> list[pa.RecordBatch]:
         return self._out(self.op.on_end())
 

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import EpicError, NodeFailure
-from .operator import ENTRY_COLUMN
+from .operator import ENTRY_COLUMN, watermark_hold
 from .sources import Watermark
 from .topology import (MergeNode, Node, SinkNode, SourceNode, SplitNode, Stream, Topology)
 
@@ -158,7 +158,7 @@ class _Engine:
         else:
             outs = self._call(node, "on_watermark", op.on_watermark, wm)
             self.emit(node, outs)
-            new = wm
+            new = watermark_hold(op, wm)
         self.forward_watermark(node, new)
 
     def forward_watermark(self, node: Node, wm):

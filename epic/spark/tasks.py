@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 
 from epic import serde
 from epic.errors import EpicError, NodeFailure
+from epic.operator import watermark_hold
 from epic.spark.session import freeze_gc_once
 from epic.spark.tags import (IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS, STEP,
                              WM, runs, step_of, tag, with_tags)
@@ -268,7 +269,9 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
         if merge:
             return op.watermark
         ws = [w for w in applied if w is not None]
-        return min(ws) if len(ws) == n_in else None
+        if len(ws) != n_in:
+            return None
+        return watermark_hold(op, min(ws))  # an operator may hold the watermark back
 
     def call(what, step_tag, *args):
         nonlocal fwd

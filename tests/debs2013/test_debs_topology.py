@@ -123,11 +123,9 @@ def test_q2_and_q3_windows_see_no_late_rows(run):
             assert st.late_rows == 0, name
 
 
-@pytest.mark.xfail(reason="runtime forwards a process node's input watermark, but the Q1 front "
-                          "end releases increments up to ~1 s later (1-second rule); see "
-                          "docs/debs2013.md, known issues", strict=False)
 def test_q1_windows_see_no_late_rows(run):
-    """Every Q1 increment reaches the q1b windows (none behind the watermark)."""
+    """Every Q1 increment reaches the q1b windows (none behind the watermark): the front end holds
+    the watermark back while the 1-second rule is undecided (output_watermark)."""
     _, res = run
     for name, st in res.nodes.items():
         if name.startswith("q1b_") and st.kind == "window":
