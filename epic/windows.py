@@ -26,6 +26,8 @@ import inspect
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -58,7 +60,7 @@ __all__ = [
     "build_window_operator",
 ]
 
-Duration = int | float | timedelta
+Duration = int | float | Fraction | Decimal | timedelta
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -88,7 +90,7 @@ class FewTimeWindow(WindowSpec):
 
     def __post_init__(self):
         def check(what, v):
-            if isinstance(v, bool) or not isinstance(v, (int, float, timedelta)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, Fraction, Decimal, timedelta)):
                 raise SpecError(f"few_time: {what} must be seconds (a number) or a timedelta, "
                                 f"got {v!r}")
             if _seconds(v) <= 0:

@@ -409,3 +409,16 @@ def test_predicate_windows_match_forseq_reference(items, si, ei, kind, force, cu
         key_items = [{"k": k, "ts": ts, "v": v} for k, ts, v in rows if k == key]
         expected += [(key, *w) for w in forseq_reference(key_items, start, end, kind, force)]
     assert got == sorted(expected)
+
+
+def test_fraction_and_decimal_durations():
+    """Durations may be exact Fractions or Decimals (docs/windows.md)."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    rows = [(0, t, 1) for t in range(0, 40)]
+    a = run(WindowOperator(few_time(Fraction(1, 50), Fraction(1, 100)), [A.count()], SCHEMA, "ts",
+                           "ms", "k"), rows)
+    b = run(WindowOperator(few_time(Decimal("0.02"), 0.01), [A.count()], SCHEMA, "ts", "ms", "k"),
+            rows)
+    assert a == b and a[0]["window_end"] - a[0]["window_start"] == 20
