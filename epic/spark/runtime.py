@@ -581,7 +581,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     except FileNotFoundError:
         pass
     # Crash points (tests) kill the driver's process group, whichever process reaches them.
-    os.environ.setdefault("EPIC_DRIVER_PGID", str(os.getpgrp()))
+    os.environ["EPIC_DRIVER_PGID"] = str(os.getpgrp())
     if spark is None:
         from epic.spark.session import build_session
 

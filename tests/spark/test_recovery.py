@@ -45,7 +45,8 @@ TOPOLOGY = textwrap.dedent('''
 
 
 def _deploy(topo, wd, out, crash=None):
-    env = {k: v for k, v in os.environ.items() if k != "EPIC_CRASH_AT"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
     if crash:
         env["EPIC_CRASH_AT"] = crash
     cmd = [sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir", str(wd),
