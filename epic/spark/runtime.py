@@ -143,11 +143,20 @@ def _user_modules(topology: Topology) -> set[str]:
     for m in mods:
         if not m or m in ("builtins",) or m.split(".")[0] in ("epic", "pyarrow", "numpy"):
             continue
-        mod = sys.modules.get(m)
-        f = getattr(mod, "__file__", None) or ""
-        if mod is not None and "site-packages" not in f and not f.startswith(sys.prefix):
+        if m in sys.modules and not _importable(m):
             out.add(m)
     return out
+
+
+def _importable(module: str) -> bool:
+    """Whether a Python worker can import ``module`` by name: its top-level package is found on
+    ``sys.path`` (installed, editable or not). A topology file loaded from a path, and modules next
+    to it, are not; those are shipped by value. Shipping an importable package by value would
+    drag its whole module state along (and fail on what cannot be pickled)."""
+    import importlib.machinery
+
+    top = module.split(".")[0]
+    return importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
 
 
 class _Deploy:
