@@ -150,3 +150,12 @@ def ordered(ts: np.ndarray) -> np.ndarray | None:
     if len(ts) > 1 and np.any(ts[1:] < ts[:-1]):
         return np.argsort(ts, kind="stable")
     return None
+
+
+def time_ordered(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
+    """``batch`` stably sorted by ``ts`` (as is when already sorted), and its ``ts`` column."""
+    ts = column(batch, "ts")
+    order = ordered(ts)
+    if order is None:
+        return batch, ts
+    return batch.take(pa.array(order)), ts[order]

@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import gzip
 import os
 from dataclasses import dataclass, field
 from fractions import Fraction

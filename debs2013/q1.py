@@ -59,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 
 from debs2013 import constants as C
-from debs2013.common import Roster, column, floor_grid, ordered
+from debs2013.common import Roster, column, floor_grid, time_ordered
 from debs2013.config import Q1Config
 from epic import serde
 from epic.aggregates import Aggregate
@@ -208,11 +208,7 @@ class RunningOperator:
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
             return []
-        ts = column(batch, "ts")
-        order = ordered(ts)
-        if order is not None:
-            batch = batch.take(pa.array(order))
-            ts = ts[order]
+        batch, ts = time_ordered(batch)
         frontier = max(int(ts[-1]), self._frontier)
         sid = column(batch, "sid")
         pl, slot = self.roster.lookup(sid)

@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from debs2013 import constants as C
-from debs2013.common import Roster, column, floor_grid, ordered
+from debs2013.common import Roster, column, floor_grid, time_ordered
 from debs2013.config import Q2Config
 from epic import serde
 from epic.aggregates import Aggregate
@@ -145,11 +145,7 @@ class BallHitter:
             return []
         cfg = self.config
         st = self._state
-        ts = column(batch, "ts")
-        order = ordered(ts)
-        if order is not None:
-            batch = batch.take(pa.array(order))
-            ts = ts[order]
+        batch, ts = time_ordered(batch)
         sid = column(batch, "sid")
         marker = column(batch, "marker") if "marker" in batch.schema.names else np.zeros(n, np.int64)
         x, y, z = column(batch, "x"), column(batch, "y"), column(batch, "z")

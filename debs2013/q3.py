@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from debs2013 import constants as C
-from debs2013.common import Roster, column, floor_grid, ordered
+from debs2013.common import Roster, column, floor_grid, time_ordered
 from debs2013.config import Q3Config
 from epic import serde
 from epic.aggregates import Aggregate
@@ -128,11 +128,7 @@ class HeatMapOperator:
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
             return []
-        ts = column(batch, "ts")
-        order = ordered(ts)
-        if order is not None:
-            batch = batch.take(pa.array(order))
-            ts = ts[order]
+        batch, ts = time_ordered(batch)
         cfg = self.config
         if self._done is None:
             self._done = int(floor_grid(int(ts[0]), cfg.origin, cfg.period_ps))

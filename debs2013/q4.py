@@ -35,9 +35,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from debs2013.common import column, ordered
+from debs2013.common import column, time_ordered
 from debs2013.config import Q4Config
-from debs2013.q2 import BALL, HIT, OUT, STOP
+from debs2013.q2 import HIT, OUT, STOP
 from epic import serde
 from epic.errors import StateError
 
@@ -114,11 +114,7 @@ class ShotOperator:
         n = batch.num_rows
         if n == 0:
             return []
-        ts = column(batch, "ts")
-        order = ordered(ts)
-        if order is not None:
-            batch = batch.take(pa.array(order))
-            ts = ts[order]
+        batch, ts = time_ordered(batch)
         cfg = self.config
         kind = column(batch, "kind")
         cols = {f: column(batch, f) for f in _OUT_FIELDS}
