@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
                                                     help="Spark master URL (default local[*])."),
                ui: bool = typer.Option(False, "--ui", help="Start the Spark UI."),
                fuse: bool = typer.Option(False, "--fuse",
-                                         help="Reserved: fuse adjacent stateless nodes."),
+                                         help="Run chains of nodes in one query each (docs/deploy.md)."),
                progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                        help="Live per-node table (default: on "
                                                             "a terminal)."),

@@ -80,6 +80,48 @@ def plan_modes(topology: Topology) -> dict[str, str]:
     return out
 
 
+def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
+    """The nodes each query runs, in topological order of their first node (``--fuse``).
+
+    A node joins the group of the node producing its single input when that producer has no
+    other consumer, neither is a splitstream or a merge, the group does not end in a sink yet, and
+    the group then holds at most one stateful node (window, process, combine). A source may head a
+    group; a sink ends one. Without ``fuse`` every node is its own group.
+    """
+    order = topology.topological_order()
+    if not fuse:
+        return [[n] for n in order]
+    modes = plan_modes(topology)
+    consumers: dict[str, list[str]] = {}
+    for n in order:
+        for st in n.inputs:
+            consumers.setdefault(st.node, []).append(n.name)
+    group_of: dict[str, list] = {}
+    groups: list[list] = []
+    for n in order:
+        ins = list(n.inputs)
+        g = None
+        if len(ins) == 1 and not isinstance(n, (SplitNode, MergeNode)):
+            p = topology.node(ins[0].node)
+            pg = group_of.get(p.name)
+            if (pg is not None and pg[-1] is p and not isinstance(p, (SplitNode, SinkNode))
+                    and len(consumers.get(p.name, [])) == 1):
+                stateful = sum(1 for m in pg if modes.get(m.name, "stateless") != "stateless")
+                if modes.get(n.name, "stateless") == "stateless" or stateful == 0:
+                    g = pg
+        if g is None:
+            g = []
+            groups.append(g)
+        g.append(n)
+        group_of[n.name] = g
+    return groups
+
+
+def group_name(group: list) -> str:
+    """The query (and producer, checkpoint) name of a group: its nodes joined by ``+``."""
+    return "+".join(n.name for n in group)
+
+
 def _route_split(node: SplitNode) -> bool:
     """One topic with a ``_port`` column (all outputs share a schema) or one topic per output."""
     first = node.outputs[0].schema
@@ -161,7 +203,7 @@ def _importable(module: str) -> bool:
 
 class _Deploy:
     def __init__(self, topology: Topology, workdir: str, *, spark, batch_rows: int,
-                 trigger_interval: float, partitions: int):
+                 trigger_interval: float, partitions: int, fuse: bool = False):
         self.t = topology
         self.workdir = workdir
         self.spark = spark
@@ -173,6 +215,10 @@ class _Deploy:
         self.partitions = partitions
         self.tag = uuid.uuid4().hex[:8]
         self.sources = [n for n in self.order if isinstance(n, SourceNode)]
+        self.fuse = fuse
+        self.groups = plan_groups(topology, fuse)
+        # Nodes whose output stays inside a fused query: no topic.
+        self.internal = {n.name for g in self.groups for n in g[:-1]}
 
     # -- paths -----------------------------------------------------------------------------
     def ckpt(self, node: str) -> str:
@@ -187,7 +233,7 @@ class _Deploy:
     # -- topics ----------------------------------------------------------------------------
     def create_topics(self) -> None:
         for n in self.order:
-            if isinstance(n, SinkNode):
+            if isinstance(n, SinkNode) or n.name in self.internal:
                 continue
             if isinstance(n, SplitNode) and _route_split(n):
                 specs = [(self.out_topic(n), topic_schema(n.outputs[0].schema, port=True),
@@ -224,13 +270,16 @@ class _Deploy:
             df = df.filter(F.col(PORT) == port).drop(PORT)
         return df, Topic.open(path).manifest.topic_id
 
-    def write(self, df, node, path: str):
+    def write(self, df, node, path: str, qname: str | None = None):
         from epic.spark import write_topic
 
+        qname = qname or node.name
         m = Topic.open(path).manifest
-        return (write_topic(df, path, producer=node.name, checkpoint=self.ckpt(node.name),
+        # A producer id is part of segment names: a fused group's is its nodes joined by "__".
+        return (write_topic(df, path, producer=qname.replace("+", "__"),
+                            checkpoint=self.ckpt(qname),
                             time_column=m.time_column, time_unit=m.time_unit,
-                            query_name=f"{node.name}")
+                            query_name=qname)
                 .trigger(processingTime=self.trigger))
 
     # -- queries ---------------------------------------------------------------------------
@@ -298,22 +347,24 @@ class _Deploy:
                 writers.append((f"{node.name}.{port}", w))
         return writers
 
-    def sink_query(self, node: SinkNode):
+    def sink_query(self, node: SinkNode, df=None, qname: str | None = None):
         from pyspark.sql import functions as F
 
         from epic.sinks import CollectSink, ConsoleSink, CsvSink, ParquetSink, TopicSink
         from epic.spark.sink_query import make_file_sink_data_source
 
         sink = node.sink
-        df, _ = self.read(node.input)
+        qname = qname or node.name
+        if df is None:
+            df, _ = self.read(node.input)
         if isinstance(sink, (CsvSink, ParquetSink)):
             name = f"epic_sink_{self.tag}_{node.name.replace('-', '_')}"
-            cls = make_file_sink_data_source(node, name=name, checkpoint=self.ckpt(node.name),
+            cls = make_file_sink_data_source(node, name=name, checkpoint=self.ckpt(qname),
                                              workdir=self.workdir)
             self.spark.dataSource.register(cls)
             return (df.writeStream.format(name)
-                    .option("checkpointLocation", self.ckpt(node.name))
-                    .queryName(node.name).trigger(processingTime=self.trigger))
+                    .option("checkpointLocation", self.ckpt(qname))
+                    .queryName(qname).trigger(processingTime=self.trigger))
         out = sink.output_schema(node.input.schema)
         cols = []
         for f in out:
@@ -328,9 +379,106 @@ class _Deploy:
         assert isinstance(sink, (TopicSink, ConsoleSink, CollectSink))
         Topic.create(path, out, time_column=node.input.time if node.input.time in out.names
                      else None, time_unit=node.input.unit, exist_ok=True)
-        return self.write(df, node, path)
+        return self.write(df, node, path, qname)
+
+    def source_df(self, node: SourceNode, position: bool = False):
+        """A source node's data source as a streaming DataFrame (for a fused group)."""
+        from epic.spark.source_query import make_source_data_source
+
+        name = f"epic_source_{self.tag}_{node.name.replace('-', '_')}"
+        cls = make_source_data_source(node, name=name, schema=topic_schema(node.output.schema),
+                                      source_index=self.sources.index(node),
+                                      n_sources=len(self.sources), batch_rows=self.batch_rows,
+                                      parallelism=self.partitions, workdir=self.workdir,
+                                      position=position)
+        self.spark.dataSource.register(cls)
+        return self.spark.readStream.format(name).load()
+
+    def group_query(self, group: list):
+        """One query running a fused group: [source] stateless* [stateful stateless*] [sink].
+
+        The nodes' functions run in sequence inside ``mapInArrow`` tasks (stateless ones before the
+        shuffle of a stateful node, the stateful node and its stateless successors after it), each
+        seeing the tagged batches its input topic would hold. Markers come from the group's input
+        (source or topic) offsets in the group's checkpoint, as a node behind stateless nodes
+        sees its upstream markers unchanged.
+        """
+        from pyspark.sql import functions as F
+
+        from epic.spark.tasks import TaskSpec, fused_function
+
+        qname = group_name(group)
+        ckpt = self.ckpt(qname)
+        head = group[0]
+        sink = group[-1] if isinstance(group[-1], SinkNode) else None
+        members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
+        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
+        pre = members if k is None else members[:k]
+        st = None if k is None else members[k]
+        post = [] if k is None else members[k + 1:]
+        if isinstance(head, SourceNode):
+            df = self.source_df(head, position=st is not None and not pre)
+            ids = [f"source:{head.name}"]
+        else:
+            dfs, ids = [], []
+            for i, s_ in enumerate(head.inputs):
+                d_, tid = self.read(s_, position=st is not None and not pre)
+                if isinstance(head, MergeNode):
+                    d_ = d_.withColumn(IN, F.lit(i).cast("long"))
+                dfs.append(d_)
+                ids.append(tid)
+            df = dfs[0]
+            for other in dfs[1:]:
+                df = df.unionByName(other)
+
+        def spec(n):
+            return TaskSpec(node=n, mode=self.modes[n.name],
+                            in_schemas=[x.schema for x in n.inputs],
+                            out_schema=topic_schema(n.output.schema), input_topics=ids,
+                            checkpoint=ckpt, state_dir=f"{self.workdir}/state/{n.name}",
+                            workdir=self.workdir)
+
+        if pre:
+            schema = topic_schema(pre[-1].output.schema)
+            if st is not None:
+                schema = schema.append(pa.field(POS, pa.int64()))
+            df = df.mapInArrow(fused_function([spec(n) for n in pre],
+                                              pos_schema=schema if st is not None else None),
+                               _spark_schema(schema))
+        if st is not None:
+            if self.modes[st.name] == "keyed":
+                df = df.repartition(self.partitions, *[F.col(c) for c in st.key])
+            else:
+                df = df.coalesce(1)
+            last = ([st] + post)[-1]
+            df = df.mapInArrow(fused_function([spec(n) for n in [st] + post]),
+                               _spark_schema(topic_schema(last.output.schema)))
+        if sink is not None:
+            if not members and POS in df.columns:
+                df = df.drop(POS)
+            return [(qname, self.sink_query(sink, df=df, qname=qname))]
+        return [(qname, self.write(df, members[-1], self.out_topic(members[-1]), qname))]
 
     def start_all(self, on_started=None) -> None:
+        if self.fuse:
+            for g in self.groups:
+                if len(g) == 1:
+                    n = g[0]
+                    if isinstance(n, SourceNode):
+                        writers = [(n.name, self.source_query(n))]
+                    elif isinstance(n, SinkNode):
+                        writers = [(n.name, self.sink_query(n))]
+                    else:
+                        writers = self.node_query(n)
+                else:
+                    writers = self.group_query(g)
+                for qname, w in writers:
+                    q = w.start()
+                    self.queries[qname] = q
+                    self._await_first(q)
+                    if on_started:
+                        on_started()
+            return
         for n in self.order:
             if isinstance(n, SourceNode):
                 writers = [(n.name, self.source_query(n))]
@@ -464,13 +612,15 @@ class _Stats:
             p = self.last.get(name) or {}
             offs = offsets_from_progress(p)
             wms = [o.watermark for o in offs if o.watermark is not None]
-            node = self.d.t.nodes.get(name.split(".")[0])
+            node = self.d.t.nodes.get(name.split(".")[0].split("+")[-1])
             rows_out = None
             if node is not None and not isinstance(node, SinkNode):
-                rows_out = _topic_rows(self.d, node)
+                rows_out = _topic_rows(self.d, node,
+                                       name.replace("+", "__") if "+" in name else node.name)
             nodes[name] = {
                 "kind": node.kind if node is not None else "?",
-                "mode": self.d.modes.get(name.split(".")[0], node.kind if node else "?"),
+                "mode": ("fused" if "+" in name else
+                         self.d.modes.get(name.split(".")[0], node.kind if node else "?")),
                 "rows_in": sum(self.rows_in.get(name, {}).values()),
                 "rows_out": rows_out,
                 "rows_per_s": round(float(p.get("processedRowsPerSecond") or 0.0), 1),
@@ -486,13 +636,13 @@ class _Stats:
                 "nodes": nodes}
 
 
-def _topic_rows(d: _Deploy, node) -> int:
+def _topic_rows(d: _Deploy, node, producer: str) -> int:
     total = 0
     paths = ([f"{d.workdir}/topics/{node.name}.{s.port}" for s in node.outputs]
              if isinstance(node, SplitNode) and not _route_split(node) else [d.out_topic(node)])
     for p in paths:
         try:
-            total += sum(s.rows for s in Topic.open(p).segments() if s.producer == node.name)
+            total += sum(s.rows for s in Topic.open(p).segments() if s.producer == producer)
         except EpicError:
             pass
     return total
@@ -531,7 +681,7 @@ def _check_workdir(workdir: str) -> str:
     return wd
 
 
-def _manifest(wd: str, topology: Topology, partitions: int) -> int:
+def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False) -> int:
     p = os.path.join(wd, "deploy.json")
     if os.path.exists(p):
         with open(p) as f:
@@ -539,9 +689,15 @@ def _manifest(wd: str, topology: Topology, partitions: int) -> int:
         if m.get("topology") != topology.name:
             raise EpicError(f"{wd} holds a deploy of topology {m.get('topology')!r}, not "
                             f"{topology.name!r}; use another --workdir")
+        if bool(m.get("fuse", False)) != bool(fuse):
+            raise EpicError(f"{wd} was deployed {'with' if m.get('fuse') else 'without'} --fuse;"
+                            " rerun it the same way (its checkpoints are per query)")
         return int(m["partitions"])
-    _atomic_json(p, {"topology": topology.name, "partitions": partitions,
-                     "nodes": [n.name for n in topology.topological_order()]})
+    doc = {"topology": topology.name, "partitions": partitions,
+           "nodes": [n.name for n in topology.topological_order()]}
+    if fuse:
+        doc["fuse"] = True
+    _atomic_json(p, doc)
     return partitions
 
 
@@ -562,7 +718,8 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         master: Spark master URL (default ``local[*]``); with a cluster, ``workdir`` must be on
             storage every executor sees.
         ui: start the Spark UI.
-        fuse: reserved: adjacent stateless nodes in one query (not implemented; ignored).
+        fuse: run chains of nodes in one query each (:func:`plan_groups`, docs/deploy.md); the
+            work directory must always be deployed with the same choice.
         progress: show a live per-node table (rich).
         console: rich console for progress (default: standard error).
         spark: an existing SparkSession to use (tests share one).
@@ -580,7 +737,6 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     """
     from pyspark import cloudpickle
 
-    del fuse
     topology.validate(warn=False)
     wd = _check_workdir(workdir)
     for sub in ("topics", "checkpoints", "state", "sinks"):
@@ -597,14 +753,14 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         spark = build_session(master, ui=ui)
     if partitions is None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    partitions = _manifest(wd, topology, partitions)
+    partitions = _manifest(wd, topology, partitions, fuse)
     for m in _user_modules(topology):
         try:
             cloudpickle.register_pickle_by_value(sys.modules[m])
         except (ValueError, KeyError):
             pass
     d = _Deploy(topology, wd, spark=spark, batch_rows=batch_rows,
-                trigger_interval=trigger_interval, partitions=partitions)
+                trigger_interval=trigger_interval, partitions=partitions, fuse=fuse)
     d.create_topics()
     stats = _Stats(d)
     status_path = os.path.join(wd, STATUS)

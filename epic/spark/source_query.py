@@ -86,12 +86,13 @@ class _SourcePartition(InputPartition):
 
     def __init__(self, index: int, payload: bytes):
         super().__init__(index)
+        self.part = index
         self.payload = payload
 
 
 def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index: int,
                             n_sources: int, batch_rows: int, parallelism: int,
-                            workdir: str = ""):
+                            workdir: str = "", position: bool = False):
     """A ``DataSource`` class (registered under ``name``) reading ``node``'s source.
 
     Args:
@@ -101,6 +102,8 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         source_index, n_sources: position of the node among the topology's sources (steps).
         batch_rows: rows per micro-batch (whole source batches; at least one).
         parallelism: at most this many partitions per micro-batch.
+        position: add a ``_pos`` column (partition index << 40 | row in the partition: stream
+            order within a micro-batch), for a stateful node fused behind the source.
     """
     src = node.source
     user_schema = node.output.schema
@@ -109,6 +112,9 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
     time_col = src.time
     source_id = f"source:{node.name}"
     bounded = bool(getattr(src, "bounded", True))
+    from epic.spark.tags import POS
+
+    out_schema = schema.append(pa.field(POS, pa.int64())) if position else schema
 
     def offset(seq, wm, eos, step, mx):
         d = {"epic_topic": source_id, "seq": seq}
@@ -264,7 +270,12 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
             freeze_gc_once()
             if not partition.payload:
                 return
+            n = int(getattr(partition, "part", 0)) << 40
             for b in pa.ipc.open_stream(partition.payload):
+                if position:
+                    pos = pa.array(np.arange(n, n + b.num_rows, dtype=np.int64))
+                    n += b.num_rows
+                    b = pa.RecordBatch.from_arrays(b.columns + [pos], schema=out_schema)
                 yield b
 
     class _Source(DataSource):
@@ -275,7 +286,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         def schema(self):
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            return from_arrow_schema(schema)
+            return from_arrow_schema(out_schema)
 
         def streamReader(self, schema):
             return _Reader()

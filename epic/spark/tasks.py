@@ -332,3 +332,40 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
 
         crash_point("node-state", spec.workdir)
     yield from out
+
+
+# -- fused groups (``epic deploy --fuse``) -------------------------------------------------------
+
+def _append_pos(iterator, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Rows with a ``_pos`` column: partition id << 40 | row number in the task (stream order of
+    the rows within a partition, deterministic on replay: the partitions of a replayed batch are
+    the same)."""
+    from pyspark import TaskContext
+
+    part = TaskContext.get().partitionId()
+    n = 0
+    for b in iterator:
+        if not b.num_rows:
+            continue
+        pos = np.arange(n, n + b.num_rows, dtype=np.int64) + (int(part) << 40)
+        n += b.num_rows
+        cols = [b.column(f.name) for f in schema if f.name != POS]
+        yield pa.RecordBatch.from_arrays(cols + [pa.array(pos)], schema=schema)
+
+
+def fused_function(specs: list, *, pos_schema: pa.Schema | None = None):
+    """The ``mapInArrow`` function of a fused run of nodes: ``specs[0]`` may be stateful, the rest
+    are stateless. Each node's output (tagged batches, as its topic would hold them) feeds the
+    next, so every operator sees the batches and tags it would see reading the topic.
+    ``pos_schema``: append a ``_pos`` column (for a stateful node after the shuffle)."""
+    def fused(iterator):
+        it = iterator
+        for spec in specs:
+            if spec.mode == "stateless":
+                it = _run_stateless(spec, it)
+            else:
+                it = _run_stateful(spec, it)
+        if pos_schema is not None:
+            it = _append_pos(it, pos_schema)
+        yield from it
+    return fused
