@@ -51,7 +51,7 @@ from epic import serde
 from epic.errors import SpecError, StateError
 
 __all__ = ["DebsOptions", "build_topology", "OUTPUT_FILES", "Q3_OUT_SCHEMA", "ListingOne",
-           "GameState", "q3_all_grids", "data_span", "grid_name", "QUERIES"]
+           "GameState", "q3_all_grids", "q3_all_grids_chunked", "data_span", "grid_name", "QUERIES"]
 
 QUERIES = ("q1", "q2", "q3", "q4")
 
@@ -349,6 +349,30 @@ def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
     return uniq // (nx * ny), uniq % (nx * ny), sums
 
 
+def q3_all_grids_chunked(batch: pa.RecordBatch, config: Q3Config,
+                         max_rows: int = 500_000) -> list[pa.RecordBatch]:
+    """:func:`q3_all_grids` over slices of ``batch``, so that no output batch holds much more
+    than ``max_rows`` rows (a landmark window's rows over a long gap expand ~100-fold)."""
+    n = batch.num_rows
+    if n == 0:
+        return []
+    heat = batch.column("heat")
+    cells = dict(zip([f.name for f in heat.type], heat.flatten()))["cells"]
+    per_row = np.diff(cells.offsets.to_numpy()) if len(cells) else np.zeros(n, np.int64)
+    if config.dense:
+        per_row = np.full(n, sum(gx * gy for gx, gy in C.Q3_GRIDS), np.int64)
+    else:
+        per_row = per_row * len(C.Q3_GRIDS)  # an upper bound: every grid at most once per cell
+    out, start, acc = [], 0, 0
+    for i, k in enumerate(per_row.tolist()):
+        if acc and acc + k > max_rows:
+            out.append(q3_all_grids(batch.slice(start, i - start), config))
+            start, acc = i, 0
+        acc += k
+    out.append(q3_all_grids(batch.slice(start), config))
+    return out
+
+
 def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
     """Heat-map window output (key ``player_id``, ``window_start`` / ``window_end``, struct
     column ``heat`` of :class:`~debs2013.q3.HeatMap`) as q3 rows of all four grids.
@@ -535,8 +559,9 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
             w = t.window(f"q3_{label}_window", heat,
                          _window_spec(length, q3cfg.period_ps, origin), key="player_id",
                          aggregates=[hm])
-            rows = t.map(f"q3_{label}_rows", w, functools.partial(q3_all_grids, config=q3cfg),
-                         schema=Q3_OUT_SCHEMA, time="ts")
+            rows = t.flat_map(f"q3_{label}_rows", w,
+                              functools.partial(q3_all_grids_chunked, config=q3cfg),
+                              schema=Q3_OUT_SCHEMA, time="ts")
             sinks.add(f"q3_{label}", rows, Q3_OUT_SCHEMA.names)
     return t
 

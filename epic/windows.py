@@ -22,6 +22,7 @@ Count windows apply the same rule to element positions (per key, from 0).
 
 from __future__ import annotations
 
+import heapq
 import inspect
 from collections import deque
 from dataclasses import dataclass
@@ -734,17 +735,30 @@ class WindowOperator:
 
     # -- emission ------------------------------------------------------------------------
     def _emit_all(self, final: bool) -> list[pa.RecordBatch]:
-        rows: list = []
+        """Emit every instant the watermark has reached, for every key, ordered by instant and
+        then by key (first appearance). Rows are streamed from per-key generators and converted
+        in bounded batches, so a long watermark jump (a gap in the data, half-time) never builds
+        one giant batch: at most ``MAX_BATCH_ROWS`` rows or ``MAX_BATCH_ELEMENTS`` nested result
+        elements (lists, maps) per batch."""
         wm = self._watermark
-        for key_value, ks in self._key_state.items():
-            self._advance(key_value, ks, ks.seen if self.count_mode else wm, final, rows)
-        if not rows:
-            return []
-        if len(self._key_state) > 1:
-            rows.sort(key=lambda r: (r[2], r[0]))
-        return [self._rows_to_batch(rows)]
+        gens = [self._advance(key_value, ks, ks.seen if self.count_mode else wm, final)
+                for key_value, ks in self._key_state.items()]
+        rows = gens[0] if len(gens) == 1 else heapq.merge(*gens, key=lambda r: (r[2], r[0]))
+        out: list[pa.RecordBatch] = []
+        chunk: list = []
+        weight = 0
+        for r in rows:
+            chunk.append(r)
+            weight += 1 + _nested_size(r[5])
+            if len(chunk) >= MAX_BATCH_ROWS or weight >= MAX_BATCH_ELEMENTS:
+                out.append(self._rows_to_batch(chunk))
+                chunk, weight = [], 0
+        if chunk:
+            out.append(self._rows_to_batch(chunk))
+        return out
 
-    def _advance(self, key_value, ks: _Key, wm: int | None, final: bool, rows: list):
+    def _advance(self, key_value, ks: _Key, wm: int | None, final: bool):
+        """Generator of the key's result rows up to ``wm``, in instant order."""
         if wm is None:
             return
         grid = self.grid
@@ -775,7 +789,7 @@ class WindowOperator:
             is_final = grid.L is not None and b == s + grid.L
             self._evict(ks, s)
             if ks.in_window > 0:
-                rows.append(self._result_row(key_value, ks, s, b, is_final))
+                yield self._result_row(key_value, ks, s, b, is_final)
             if self.any_reset and is_final:
                 for i, m in enumerate(self.modes):
                     if m == "reset":
@@ -899,6 +913,23 @@ class WindowOperator:
 
 
 INT64_MIN = np.iinfo(np.int64).min
+
+#: bounds of one output batch of a window operator (see ``WindowOperator._emit_all``)
+MAX_BATCH_ROWS = 65_536
+MAX_BATCH_ELEMENTS = 4_000_000
+
+
+def _nested_size(results: list) -> int:
+    """Elements inside list / map / struct results (0 for scalars): how heavy a row is."""
+    n = 0
+    for v in results:
+        if isinstance(v, dict):
+            for x in v.values():
+                if hasattr(x, "__len__") and not isinstance(x, (str, bytes)):
+                    n += len(x)
+        elif hasattr(v, "__len__") and not isinstance(v, (str, bytes)):
+            n += len(v)
+    return n
 
 
 def _choose_mode(spec: AggSpec, window: WindowSpec, grid: _Grid) -> str:

@@ -422,3 +422,25 @@ def test_fraction_and_decimal_durations():
     b = run(WindowOperator(few_time(Decimal("0.02"), 0.01), [A.count()], SCHEMA, "ts", "ms", "k"),
             rows)
     assert a == b and a[0]["window_end"] - a[0]["window_start"] == 20
+
+
+def test_long_watermark_jump_is_emitted_in_bounded_batches(monkeypatch):
+    """A gap that releases many instants at once comes out in bounded batches, in the same
+    (instant, key) order and with the same rows as one unbounded batch."""
+    import epic.windows as W
+
+    rows = [(k, t, 1) for t in (0, 1, 2) for k in (0, 1, 2)] + [(0, 5000, 1)]
+    whole = run(WindowOperator(landmark(1), [A.count(), A.collect("v")], SCHEMA, "ts", "s", "k"),
+                rows)
+    monkeypatch.setattr(W, "MAX_BATCH_ROWS", 100)
+    monkeypatch.setattr(W, "MAX_BATCH_ELEMENTS", 250)
+    op = WindowOperator(landmark(1), [A.count(), A.collect("v")], SCHEMA, "ts", "s", "k")
+    batches = []
+    for b in batches_of(rows, []):
+        batches += op.on_batch(b)
+    batches += op.on_end()
+    assert len(batches) > 10
+    assert all(b.num_rows <= 100 for b in batches)
+    chunked = pa.Table.from_batches(batches, schema=op.output_schema).to_pylist()
+    assert chunked == whole and len(whole) > 3 * 4999
+    assert [r["window_end"] for r in chunked] == sorted(r["window_end"] for r in chunked)

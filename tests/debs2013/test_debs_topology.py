@@ -151,3 +151,33 @@ def test_graph_renders(game, tmp_path):
     text = dot.read_text()
     for node in ("debs_splitter", "q1b_landmark_window", "q4_shots", "q3_10M_rows"):
         assert node in text
+
+
+def test_q3_report_rows_come_in_bounded_chunks():
+    """The q3 report step slices its input so no output batch is much larger than asked, with
+    exactly the rows of the unsliced computation."""
+    import numpy as np
+    import pyarrow as pa
+
+    from debs2013.config import Q3Config
+    from debs2013.dataflow import q3_all_grids, q3_all_grids_chunked
+    from debs2013.q3 import HeatMap
+
+    cfg = Q3Config()
+    agg = HeatMap(cfg.base_grid)
+    rng = np.random.default_rng(0)
+    results = []
+    for _ in range(12):
+        cells = np.unique(rng.integers(0, cfg.base_grid[0] * cfg.base_grid[1], 40)).astype(np.int32)
+        one_map = ([cells], [np.full(len(cells), 10**9, dtype=np.int64)])  # one per-second map
+        results.append(agg.result(agg.add_batch(agg.init(), one_map)))
+    heat_type = agg.output_type([pa.list_(pa.int32()), pa.list_(pa.int64())])
+    batch = pa.record_batch(
+        [pa.array(["Nick Gertje"] * 12), pa.array(np.arange(12, dtype=np.int64) * 10**12),
+         pa.array(np.arange(1, 13, dtype=np.int64) * 10**12), pa.array([True] * 12),
+         pa.array(results, type=heat_type)],
+        names=["player_id", "window_start", "window_end", "final", "heat"])
+    whole = q3_all_grids(batch, cfg)
+    parts = q3_all_grids_chunked(batch, cfg, max_rows=200)
+    assert len(parts) > 3 and all(p.num_rows <= 200 for p in parts)
+    assert pa.Table.from_batches(parts).to_pylist() == pa.Table.from_batches([whole]).to_pylist()
