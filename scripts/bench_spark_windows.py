@@ -83,6 +83,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=int, default=600)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--fuse", choices=("both", "on", "off"), default="both",
+                    help="epic deploy with --fuse (one query: source+window+sink), without, or "
+                         "both (default); the target is checked on the fastest")
     args = ap.parse_args()
     from epic.spark import build_session
     from epic.spark.runtime import deploy
@@ -99,11 +102,17 @@ def main() -> int:
 
     rows = {}
     times = {}
-    r = deploy(topology(data, os.path.join(base, "deploy.parquet")), os.path.join(base, "wd"),
-               spark=spark, timeout=1800)
-    times["epic deploy"] = r.seconds
-    dep = pq.read_table(os.path.join(base, "deploy.parquet"))
-    rows["epic deploy"] = dep.num_rows
+    variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.fuse]
+    deps = {}
+    for fuse in variants:
+        label = "epic deploy --fuse" if fuse else "epic deploy"
+        out = os.path.join(base, f"deploy{'_fused' if fuse else ''}.parquet")
+        r = deploy(topology(data, out), os.path.join(base, f"wd{'_fused' if fuse else ''}"),
+                   spark=spark, timeout=1800, fuse=fuse)
+        times[label] = r.seconds
+        deps[label] = pq.read_table(out)
+        rows[label] = deps[label].num_rows
+    labels = list(deps)
 
     from pyspark.sql import functions as F
 
@@ -125,25 +134,29 @@ def main() -> int:
     rows["numpy"] = mean.size
 
     # epic's complete windows against numpy: window_start = s .. s+60 for s >= 0.
-    d = dep.to_pydict()
     ok = True
-    for k, ws, m, x in zip(d["key"], d["window_start"], d["mean_v"], d["max_v"]):
-        s = ws // 1000
-        if 0 <= s < mean.shape[1]:
-            ref_m, ref_x = mean[k, s], wmax[k, s]
-            if abs(m - ref_m) > 1e-9 * max(1.0, abs(ref_m)) or x != ref_x:
-                ok = False
-                break
+    for dep in deps.values():
+        d = dep.to_pydict()
+        for k, ws, m, x in zip(d["key"], d["window_start"], d["mean_v"], d["max_v"]):
+            s = ws // 1000
+            if 0 <= s < mean.shape[1]:
+                ref_m, ref_x = mean[k, s], wmax[k, s]
+                if abs(m - ref_m) > 1e-9 * max(1.0, abs(ref_m)) or x != ref_x:
+                    ok = False
+                    break
     n = table.num_rows
     print(f"# sliding 60 s / 1 s, mean+max, {KEYS} keys x {HZ} Hz x {args.seconds} s = {n:,} "
           f"events; session start {session_s:.1f} s (not counted)")
-    print(f"| {'engine':<16} | {'seconds':>8} | {'events/s':>12} | {'rows out':>9} |")
-    print(f"|{'-' * 18}|{'-' * 10}|{'-' * 14}|{'-' * 11}|")
-    for name in ("epic deploy", "spark window()", "epic run", "numpy"):
-        print(f"| {name:<16} | {times[name]:>8.2f} | {n / times[name]:>12,.0f} | "
+    print(f"| {'engine':<20} | {'seconds':>8} | {'events/s':>12} | {'rows out':>9} |")
+    print(f"|{'-' * 22}|{'-' * 10}|{'-' * 14}|{'-' * 11}|")
+    for name in (*labels, "spark window()", "epic run", "numpy"):
+        print(f"| {name:<20} | {times[name]:>8.2f} | {n / times[name]:>12,.0f} | "
               f"{rows[name]:>9,} |")
-    speedup = times["spark window()"] / times["epic deploy"]
-    print(f"\nepic deploy vs Spark window(): {speedup:.2f}x (target >= {TARGET_SPEEDUP}x); "
+    for name in labels:
+        print(f"\n{name} vs Spark window(): {times['spark window()'] / times[name]:.2f}x")
+    best = min(times[name] for name in labels)
+    speedup = times["spark window()"] / best
+    print(f"best epic deploy vs Spark window(): {speedup:.2f}x (target >= {TARGET_SPEEDUP}x); "
           f"epic means/maxima equal numpy: {ok}")
     failed = speedup < TARGET_SPEEDUP or not ok
     if failed:

@@ -13,9 +13,14 @@ Cases (one shared local[2] SparkSession, started before any timing):
   logging -> map -> CSV sink with delay columns, run for ``--live-seconds`` then stopped; p50/p99
   of write time - entry time.
 
-Targets: >= 200 K rows/s per stateless hop; stateful hop <= 6 us/row at 16 keys. Exit 1 if missed.
+With ``--fuse both`` (default) every case also runs with ``epic deploy --fuse``: the whole chain is
+one query (``src+scale+keep+shift+out``), whose busy time is charged as ONE hop (conservative: it
+also does the source and sink work); the latency case then runs fused.
 
-    .venv/bin/python scripts/bench_topics.py [--rows 4000000] [--live-seconds 20]
+Targets: >= 200 K rows/s per stateless hop (checked on the fused chain when it runs); stateful hop
+<= 6 us/row at 16 keys. Exit 1 if missed.
+
+    .venv/bin/python scripts/bench_topics.py [--rows 4000000] [--live-seconds 20] [--fuse both]
 """
 
 from __future__ import annotations
@@ -90,23 +95,27 @@ def hop_rates(result, hops):
     return out
 
 
-def run_case(spark, base, name, topo_hops, rows):
+def run_case(spark, base, name, topo_hops, rows, fuse=False):
     from epic.spark.runtime import deploy
 
     t, hops = topo_hops
+    n_hops = len(hops)
     cpu0 = _cpu_seconds()
-    r = deploy(t, os.path.join(base, name), spark=spark, timeout=3600)
+    r = deploy(t, os.path.join(base, name), spark=spark, timeout=3600, fuse=fuse)
     cpu = _cpu_seconds() - cpu0
+    if fuse:
+        # One query runs source, hops and sink: its busy time is charged as one hop (conservative).
+        hops = [q for q in r.status["nodes"] if "+" in q]
     res = []
     for h in hops:
         n = r.status["nodes"][h]
         busy = n["busy_ms"] / 1000.0
         res.append((h, n["rows_in"], busy, n["rows_in"] / busy if busy else float("nan"),
                     busy * 1e6 / max(1, n["rows_in"])))
-    return r.seconds, cpu * 1e6 / (rows * (len(hops) + 2)), res
+    return r.seconds, cpu * 1e6 / (rows * (n_hops + 2)), res
 
 
-def latency_case(spark, base, seconds: float):
+def latency_case(spark, base, seconds: float, fuse: bool = False):
     from epic.spark.runtime import deploy, request_stop
 
     rate, batch = 200_000, 20_000
@@ -130,7 +139,7 @@ def latency_case(spark, base, seconds: float):
     t.sink("out", m, epic.csv_sink(out, delays=True))
     wd = os.path.join(base, "latency")
     threading.Timer(seconds, lambda: request_stop(wd)).start()
-    deploy(t, wd, spark=spark, batch_rows=200_000)
+    deploy(t, wd, spark=spark, batch_rows=200_000, fuse=fuse)
     import pyarrow.csv as pacsv
 
     tab = pacsv.read_csv(out)
@@ -145,6 +154,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=4_000_000)
     ap.add_argument("--live-seconds", type=float, default=20.0)
+    ap.add_argument("--fuse", choices=("both", "on", "off"), default="both",
+                    help="run the cases with epic deploy --fuse, without, or both (default)")
     args = ap.parse_args()
     from epic.spark import build_session
 
@@ -155,21 +166,32 @@ def main() -> int:
     print(f"| {'case':<15} | {'hop':<6} | {'rows':>10} | {'busy s':>7} | {'rows/s per hop':>14} "
           f"| {'us/row':>7} | {'CPU-us/row/hop':>14} | {'wall s':>7} |")
     print(f"|{'-' * 17}|{'-' * 8}|{'-' * 12}|{'-' * 9}|{'-' * 16}|{'-' * 9}|{'-' * 16}|{'-' * 9}|")
-    cases = [("chain", chain_topology(args.rows, os.path.join(base, "chain.parquet"))),
-             ("stateful 16", stateful_topology(args.rows, 16, os.path.join(base, "s16.parquet"))),
-             ("stateful 10000", stateful_topology(args.rows, 10_000,
-                                                  os.path.join(base, "s10k.parquet")))]
-    for name, th in cases:
-        wall, cpu_us, res = run_case(spark, base, name.replace(" ", "_"), th, args.rows)
+    def cases(tag):
+        return [("chain", chain_topology(args.rows, os.path.join(base, f"chain{tag}.parquet"))),
+                ("stateful 16", stateful_topology(args.rows, 16,
+                                                  os.path.join(base, f"s16{tag}.parquet"))),
+                ("stateful 10000", stateful_topology(args.rows, 10_000,
+                                                     os.path.join(base, f"s10k{tag}.parquet")))]
+    variants = {"both": (False, True), "on": (True,), "off": (False,)}[args.fuse]
+    runs = [(f"{name} --fuse" if fuse else name, th, fuse)
+            for fuse in variants for name, th in cases("_fused" if fuse else "")]
+    for name, th, fuse in runs:
+        wall, cpu_us, res = run_case(spark, base, name.replace(" ", "_"), th, args.rows, fuse)
+        name = name.replace(" --fuse", "+fuse")
         for h, rows, busy, rate, us in res:
+            if fuse:
+                h = "fused"
             print(f"| {name:<15} | {h:<6} | {rows:>10,} | {busy:>7.2f} | {rate:>14,.0f} | "
                   f"{us:>7.2f} | {cpu_us:>14.2f} | {wall:>7.1f} |")
-            if name == "chain" and rate < STATELESS_TARGET:
+            if name == "chain" and rate < STATELESS_TARGET and variants == (False,):
+                failed = True
+            if name == "chain+fuse" and rate < STATELESS_TARGET:
                 failed = True
             if name == "stateful 16" and us > STATEFUL_US_TARGET:
                 failed = True
-    n, p50, p99 = latency_case(spark, base, args.live_seconds)
-    print(f"\nlive producer 200 K rows/s for {args.live_seconds:.0f} s, source -> map -> CSV: "
+    n, p50, p99 = latency_case(spark, base, args.live_seconds, fuse=variants[-1])
+    print(f"\nlive producer 200 K rows/s for {args.live_seconds:.0f} s, source -> map -> CSV"
+          f"{' (--fuse: one query)' if variants[-1] else ''}: "
           f"{n:,} rows, end-to-end latency p50 {p50:.2f} s, p99 {p99:.2f} s (first 5 s skipped)")
     shutil.rmtree(base, ignore_errors=True)
     if failed:

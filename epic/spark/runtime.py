@@ -381,7 +381,7 @@ class _Deploy:
                      else None, time_unit=node.input.unit, exist_ok=True)
         return self.write(df, node, path, qname)
 
-    def source_df(self, node: SourceNode, position: bool = False):
+    def source_df(self, node: SourceNode, position: bool = False, key=None):
         """A source node's data source as a streaming DataFrame (for a fused group)."""
         from epic.spark.source_query import make_source_data_source
 
@@ -390,7 +390,7 @@ class _Deploy:
                                       source_index=self.sources.index(node),
                                       n_sources=len(self.sources), batch_rows=self.batch_rows,
                                       parallelism=self.partitions, workdir=self.workdir,
-                                      position=position)
+                                      position=position, key=key)
         self.spark.dataSource.register(cls)
         return self.spark.readStream.format(name).load()
 
@@ -416,8 +416,13 @@ class _Deploy:
         pre = members if k is None else members[:k]
         st = None if k is None else members[k]
         post = [] if k is None else members[k + 1:]
+        # A keyed stateful node right behind a source: the source partitions by key itself, so
+        # there is no shuffle (rows stay Arrow from the source task to the node task).
+        by_key = (isinstance(head, SourceNode) and st is not None and not pre
+                  and self.modes[st.name] == "keyed")
         if isinstance(head, SourceNode):
-            df = self.source_df(head, position=st is not None and not pre)
+            df = self.source_df(head, position=st is not None and not pre,
+                                key=tuple(st.key) if by_key else None)
             ids = [f"source:{head.name}"]
         else:
             dfs, ids = [], []
@@ -446,7 +451,9 @@ class _Deploy:
                                               pos_schema=schema if st is not None else None),
                                _spark_schema(schema))
         if st is not None:
-            if self.modes[st.name] == "keyed":
+            if by_key:
+                pass
+            elif self.modes[st.name] == "keyed":
                 df = df.repartition(self.partitions, *[F.col(c) for c in st.key])
             else:
                 df = df.coalesce(1)

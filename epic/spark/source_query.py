@@ -92,7 +92,8 @@ class _SourcePartition(InputPartition):
 
 def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index: int,
                             n_sources: int, batch_rows: int, parallelism: int,
-                            workdir: str = "", position: bool = False):
+                            workdir: str = "", position: bool = False,
+                            key: tuple | None = None):
     """A ``DataSource`` class (registered under ``name``) reading ``node``'s source.
 
     Args:
@@ -104,6 +105,9 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         parallelism: at most this many partitions per micro-batch.
         position: add a ``_pos`` column (partition index << 40 | row in the partition: stream
             order within a micro-batch), for a stateful node fused behind the source.
+        key: partition the rows by these columns into exactly ``parallelism`` partitions (a
+            deterministic hash, :func:`key_partition`), so a keyed stateful node fused behind the
+            source needs no shuffle: partition ``i`` of every micro-batch holds the same keys.
     """
     src = node.source
     user_schema = node.output.schema
@@ -238,6 +242,18 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
                 while self._next < b and self._pull(True):
                     pass
             batches = [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
+            if key:
+                groups = [[] for _ in range(max(1, parallelism))]
+                for x in batches:
+                    pid = key_partition(x, key, len(groups))
+                    for p_, g in enumerate(groups):
+                        idx = np.flatnonzero(pid == p_)
+                        if len(idx) == len(pid):
+                            g.append(x)
+                        elif len(idx):
+                            g.append(x.take(pa.array(idx)))
+                return [_SourcePartition(i, _ipc(g, schema) if g else b"")
+                        for i, g in enumerate(groups)]
             if not batches:
                 return [_SourcePartition(0, b"")]
             total = sum(x.num_rows for x in batches)
@@ -293,3 +309,24 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
 
     _Source.__name__ = f"EpicSource_{node.name.replace('-', '_')}"
     return _Source
+
+
+def _ipc(batches, schema: pa.Schema) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as w:
+        for x in batches:
+            w.write_batch(x)
+    return sink.getvalue().to_pybytes()
+
+
+def key_partition(batch: pa.RecordBatch, key, parts: int) -> np.ndarray:
+    """The partition (0 .. parts-1) of every row of ``batch`` by the ``key`` columns: a hash that
+    is the same in every process and run (pandas' SipHash with a fixed key)."""
+    import pandas as pd
+
+    cols = list(key)
+    if len(cols) == 1:
+        h = pd.util.hash_array(batch.column(cols[0]).to_numpy(zero_copy_only=False))
+    else:
+        h = pd.util.hash_pandas_object(batch.select(cols).to_pandas(), index=False).to_numpy()
+    return (h % np.uint64(parts)).astype(np.int64)
