@@ -381,7 +381,8 @@ class _Deploy:
                      else None, time_unit=node.input.unit, exist_ok=True)
         return self.write(df, node, path, qname)
 
-    def source_df(self, node: SourceNode, position: bool = False, key=None):
+    def source_df(self, node: SourceNode, position: bool = False, key=None, apply=None,
+                  apply_schema=None):
         """A source node's data source as a streaming DataFrame (for a fused group)."""
         from epic.spark.source_query import make_source_data_source
 
@@ -390,7 +391,8 @@ class _Deploy:
                                       source_index=self.sources.index(node),
                                       n_sources=len(self.sources), batch_rows=self.batch_rows,
                                       parallelism=self.partitions, workdir=self.workdir,
-                                      position=position, key=key)
+                                      position=position, key=key, apply=apply,
+                                      apply_schema=apply_schema)
         self.spark.dataSource.register(cls)
         return self.spark.readStream.format(name).load()
 
@@ -420,10 +422,28 @@ class _Deploy:
         # there is no shuffle (rows stay Arrow from the source task to the node task).
         by_key = (isinstance(head, SourceNode) and st is not None and not pre
                   and self.modes[st.name] == "keyed")
-        if isinstance(head, SourceNode):
-            df = self.source_df(head, position=st is not None and not pre,
-                                key=tuple(st.key) if by_key else None)
-            ids = [f"source:{head.name}"]
+
+        def spec(n):
+            return TaskSpec(node=n, mode=self.modes[n.name],
+                            in_schemas=[x.schema for x in n.inputs],
+                            out_schema=topic_schema(n.output.schema), input_topics=ids,
+                            checkpoint=ckpt, state_dir=f"{self.workdir}/state/{n.name}",
+                            workdir=self.workdir)
+
+        ids = None
+        spec_ids = [f"source:{head.name}"] if isinstance(head, SourceNode) else None
+        if by_key:
+            # The stateful node (and its stateless successors) run inside the source's read
+            # tasks: Spark only ever sees their output rows.
+            ids = spec_ids
+            last = ([st] + post)[-1]
+            df = self.source_df(head, position=True, key=tuple(st.key),
+                                apply=fused_function([spec(n) for n in [st] + post]),
+                                apply_schema=topic_schema(last.output.schema))
+            st = None
+        elif isinstance(head, SourceNode):
+            df = self.source_df(head, position=st is not None and not pre)
+            ids = spec_ids
         else:
             dfs, ids = [], []
             for i, s_ in enumerate(head.inputs):
@@ -436,13 +456,6 @@ class _Deploy:
             for other in dfs[1:]:
                 df = df.unionByName(other)
 
-        def spec(n):
-            return TaskSpec(node=n, mode=self.modes[n.name],
-                            in_schemas=[x.schema for x in n.inputs],
-                            out_schema=topic_schema(n.output.schema), input_topics=ids,
-                            checkpoint=ckpt, state_dir=f"{self.workdir}/state/{n.name}",
-                            workdir=self.workdir)
-
         if pre:
             schema = topic_schema(pre[-1].output.schema)
             if st is not None:
@@ -451,9 +464,7 @@ class _Deploy:
                                               pos_schema=schema if st is not None else None),
                                _spark_schema(schema))
         if st is not None:
-            if by_key:
-                pass
-            elif self.modes[st.name] == "keyed":
+            if self.modes[st.name] == "keyed":
                 df = df.repartition(self.partitions, *[F.col(c) for c in st.key])
             else:
                 df = df.coalesce(1)

@@ -93,7 +93,8 @@ class _SourcePartition(InputPartition):
 def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index: int,
                             n_sources: int, batch_rows: int, parallelism: int,
                             workdir: str = "", position: bool = False,
-                            key: tuple | None = None):
+                            key: tuple | None = None, apply=None,
+                            apply_schema: pa.Schema | None = None):
     """A ``DataSource`` class (registered under ``name``) reading ``node``'s source.
 
     Args:
@@ -108,6 +109,9 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         key: partition the rows by these columns into exactly ``parallelism`` partitions (a
             deterministic hash, :func:`key_partition`), so a keyed stateful node fused behind the
             source needs no shuffle: partition ``i`` of every micro-batch holds the same keys.
+        apply: with ``key``: a function of an iterator of (positioned) batches run inside the
+            read task (a fused keyed stateful node and its stateless successors); the task then
+            yields its output, with schema ``apply_schema``, instead of the source rows.
     """
     src = node.source
     user_schema = node.output.schema
@@ -119,6 +123,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
     from epic.spark.tags import POS
 
     out_schema = schema.append(pa.field(POS, pa.int64())) if position else schema
+    declared = apply_schema if apply is not None else out_schema
 
     def offset(seq, wm, eos, step, mx):
         d = {"epic_topic": source_id, "seq": seq}
@@ -284,6 +289,12 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         # -- executor ---------------------------------------------------------------------
         def read(self, partition: _SourcePartition) -> Iterator[pa.RecordBatch]:
             freeze_gc_once()
+            if apply is not None:
+                yield from apply(self._rows(partition))
+                return
+            yield from self._rows(partition)
+
+        def _rows(self, partition: _SourcePartition) -> Iterator[pa.RecordBatch]:
             if not partition.payload:
                 return
             n = int(getattr(partition, "part", 0)) << 40
@@ -302,7 +313,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         def schema(self):
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            return from_arrow_schema(out_schema)
+            return from_arrow_schema(declared)
 
         def streamReader(self, schema):
             return _Reader()
