@@ -26,7 +26,8 @@ import pyarrow as pa
 
 from debs2013 import constants as C
 from debs2013.readers import SENSOR_SCHEMA, GameMetadata
-from epic.errors import SpecError
+from epic import serde
+from epic.errors import SpecError, StateError
 
 __all__ = ["GAME_SCHEMA", "SENSOR", "STOP", "RESUME", "Roster", "marker_batch",
            "with_markers", "column", "floor_grid"]
@@ -159,3 +160,26 @@ def time_ordered(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
     if order is None:
         return batch, ts
     return batch.take(pa.array(order)), ts[order]
+
+
+class DictStateOperator:
+    """Shared plumbing of operators whose whole state is one msgpack dict ``self._state`` and
+    that emit nothing on watermarks or at the end: snapshot and restore, tagged with
+    ``state_format`` so a snapshot of another operator is refused."""
+
+    state_format = ""
+
+    def snapshot(self) -> bytes:
+        return serde.packb({"format": self.state_format, **self._state})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.pop("format", None) != self.state_format:
+            raise StateError(f"not a {type(self).__name__} snapshot (format {self.state_format})")
+        self._state = st
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return []
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return []

@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from debs2013 import constants as C
-from debs2013.common import Roster, column, floor_grid, time_ordered
+from debs2013.common import DictStateOperator, Roster, column, floor_grid, time_ordered
 from debs2013.config import Q2Config
 from epic import serde
 from epic.aggregates import Aggregate
@@ -86,7 +86,7 @@ def _next(positions: np.ndarray, i: int) -> int:
     return int(positions[k]) if k < len(positions) else 1 << 62
 
 
-class BallHitter:
+class BallHitter(DictStateOperator):
     """The ball-hitter node: ball in play, hits with the dropping policy, sides, markers.
 
     Args:
@@ -98,6 +98,8 @@ class BallHitter:
     threshold) and their distances to every shoe's latest position. Python loops run only over
     changes of the ball in play and over qualifying rows (the epsilon rule).
     """
+
+    state_format = "debs2013.hitter/1"
 
     def __init__(self, config: Q2Config = Q2Config(), roster: Roster | None = None,
                  ball_rows: bool = True):
@@ -123,21 +125,6 @@ class BallHitter:
             "ref": [_NO] * self.roster.n,       # epsilon reference per player
             "half": -1, "gk_sum": [0, 0], "gk_n": [0, 0],
         }
-
-    def snapshot(self) -> bytes:
-        return serde.packb({"format": "debs2013.hitter/1", **self._state})
-
-    def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.pop("format", None) != "debs2013.hitter/1":
-            raise StateError("not a BallHitter snapshot (format debs2013.hitter/1)")
-        self._state = st
-
-    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        return []
-
-    def on_end(self) -> list[pa.RecordBatch]:
-        return []
 
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         n = batch.num_rows

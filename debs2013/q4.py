@@ -35,11 +35,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from debs2013.common import column, time_ordered
+from debs2013.common import DictStateOperator, column, time_ordered
 from debs2013.config import Q4Config
 from debs2013.q2 import HIT, OUT, STOP
-from epic import serde
-from epic.errors import StateError
 
 __all__ = ["Q4_SCHEMA", "ShotOperator", "reaches_goal"]
 
@@ -78,7 +76,7 @@ def _next(positions: np.ndarray, i: int) -> int:
     return int(positions[k]) if k < len(positions) else _FAR
 
 
-class ShotOperator:
+class ShotOperator(DictStateOperator):
     """The shot-on-goal node (see the module docstring for the rules).
 
     Args:
@@ -89,26 +87,13 @@ class ShotOperator:
     are sliced out, not looped over.
     """
 
+    state_format = "debs2013.q4/1"
+
     def __init__(self, config: Q4Config = Q4Config()):
         self.config = config
         self.output_schema = Q4_SCHEMA
         # live: [shooter, goal]; pending: [player, goal, until]
-        self._s = {"live": None, "pending": None}
-
-    def snapshot(self) -> bytes:
-        return serde.packb({"format": "debs2013.q4/1", **self._s})
-
-    def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.pop("format", None) != "debs2013.q4/1":
-            raise StateError("not a ShotOperator snapshot (format debs2013.q4/1)")
-        self._s = st
-
-    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        return []
-
-    def on_end(self) -> list[pa.RecordBatch]:
-        return []
+        self._state = {"live": None, "pending": None}
 
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         n = batch.num_rows
@@ -131,7 +116,7 @@ class ShotOperator:
         end_pos = np.nonzero((kind == OUT) | (kind == STOP))[0]
         players = batch.column(batch.schema.get_field_index("player_id")).to_pylist()
         attack = column(batch, "attack")
-        st = self._s
+        st = self._state
         reported = []  # (start, stop, shooter) row ranges
         i = 0
         pend_idx = -1
