@@ -574,6 +574,25 @@ class RunningStats(Aggregate):
         k, t, d = (np.asarray(a).astype(np.int64) for a in values)
         return self.add_batch(state, (k, -t, -d))
 
+    # group form: each increment is a one-hot (time, distance) vector of 12, so the window
+    # engine runs on prefix sums (epic.prefix_windows) with no Python per emitted row
+    def lift(self, values):
+        k, t, d = (np.asarray(a).astype(np.int64) for a in values)
+        out = np.zeros((len(k), 12), np.int64)
+        rows = np.arange(len(k))
+        out[rows, k] = t
+        out[rows, 6 + k] = d
+        return out
+
+    def lower(self, sums, counts):
+        times = sums[:, :6].astype(np.float64) * 1e-12
+        dists = sums[:, 6:].astype(np.float64) * 1e-9
+        arrays, names = [], []
+        for j, name in enumerate(C.INTENSITIES):
+            arrays += [pa.array(times[:, j]), pa.array(dists[:, j])]
+            names += [f"{name}_time", f"{name}_distance"]
+        return pa.StructArray.from_arrays(arrays, names=names)
+
     def result(self, state):
         times, dists = state
         out = {}

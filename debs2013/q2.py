@@ -561,6 +561,16 @@ class TeamShare(Aggregate):
     def result(self, state):
         return {"time_a": state[0] * 1e-12, "time_b": state[1] * 1e-12}
 
+    # group form (prefix-sum windows, epic.prefix_windows)
+    def lift(self, values):
+        a, b = values
+        return np.stack([np.asarray(a, np.int64), np.asarray(b, np.int64)], axis=1)
+
+    def lower(self, sums, counts):
+        return pa.StructArray.from_arrays(
+            [pa.array(sums[:, 0].astype(np.float64) * 1e-12),
+             pa.array(sums[:, 1].astype(np.float64) * 1e-12)], names=["time_a", "time_b"])
+
     def output_type(self, input_types):
         return pa.struct([pa.field("time_a", pa.float64()), pa.field("time_b", pa.float64())])
 

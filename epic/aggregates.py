@@ -11,7 +11,11 @@ The window engine calls the hooks in this order, per window and key::
     state = agg.merge(older, newer)  # combine two partials (if defined; panes and two-stacks)
 
 ``add_batch`` / ``remove_batch`` are the vectorised forms over a numpy column (or a tuple of
-columns); by default they loop over ``add`` / ``remove``. State must be serialisable by
+columns); by default they loop over ``add`` / ``remove``. An aggregate whose state is a sum of
+per-element integer vectors can also define the *group form*, ``lift(values)`` (each element's
+contribution, an int64 array ``(n, k)``) and ``lower(sums, counts)`` (``m`` results from ``(m, k)``
+window sums, as an Arrow array): time windows then run on prefix sums
+(:mod:`epic.prefix_windows`) with no Python call per emitted row. State must be serialisable by
 :mod:`epic.serde` (msgpack: numbers, str, bytes, lists, dicts, numpy arrays), because it is
 checkpointed; it is never pickled.
 
@@ -119,6 +123,21 @@ class Aggregate:
     def output_type(self, input_types: Sequence[pa.DataType]) -> pa.DataType:
         """The Arrow type of results, given the Arrow types of the input columns."""
         return self.result_type
+
+    def lift(self, values: Any) -> np.ndarray:  # optional: the group form
+        """Each element's contribution to the state, an integer array ``(n, k)``; the state of
+        a window is the sum of its elements' contributions (``init`` is the zero vector)."""
+        raise NotImplementedError
+
+    def lower(self, sums: np.ndarray, counts: np.ndarray) -> pa.Array:  # optional
+        """Results of ``m`` windows from their summed contributions ``(m, k)`` and element
+        counts ``(m,)``, as an Arrow array of :meth:`output_type` (or a list of values)."""
+        raise NotImplementedError
+
+    @property
+    def has_group(self) -> bool:
+        """True when the aggregate defines the group form (:meth:`lift` and :meth:`lower`)."""
+        return _overrides(self, "lift") and _overrides(self, "lower")
 
     @property
     def has_remove(self) -> bool:
@@ -367,6 +386,12 @@ class Count(Aggregate):
 
     def remove_batch(self, state, values):
         return state - len(values[0] if isinstance(values, tuple) else values)
+
+    def lift(self, values):
+        return np.ones((len(values[0] if isinstance(values, tuple) else values), 1), np.int64)
+
+    def lower(self, sums, counts):
+        return pa.array(counts, pa.int64())
 
 
 class Sum(Aggregate):

@@ -445,9 +445,9 @@ class WindowNode(Node):
             from .windows import PredicateWindowOperator
             return PredicateWindowOperator(self.spec, self.aggregates, s.schema, s.time, s.unit,
                                            list(self.key) or None)
-        from .windows import WindowOperator
-        return WindowOperator(self.spec, self.aggregates, s.schema, s.time, s.unit,
-                              list(self.key) or None)
+        from .windows import build_window_operator
+        return build_window_operator(self.spec, self.aggregates, s.schema, s.time, s.unit,
+                                     list(self.key) or None)
 
     def describe(self):
         sp = self.spec

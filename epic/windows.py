@@ -770,9 +770,11 @@ class WindowOperator:
             if ks.in_window == 0:
                 if ks.hi >= buf.end:
                     break  # idle: nothing in the window, nothing pending
-                # skip the boundaries of an empty stretch up to the next pending element
+                # skip the boundaries of an empty stretch up to the next pending element, but
+                # never past the limit: a row may still arrive between the limit and that element
+                # (out of order, within the lateness bound)
                 nxt = int(buf.slice(ks.hi, ks.hi + 1)[0][0])
-                jump = grid.prev_boundary(o, nxt)
+                jump = grid.prev_boundary(o, min(nxt, limit))
                 if jump > ks.done:
                     ks.done = jump
             # this loop runs once per emission and key: grid arithmetic is done once here
@@ -1284,6 +1286,11 @@ class PredicateWindowOperator:
 
 def build_window_operator(spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Schema,
                           time: str, unit: str = "s", key=None):
-    """The runtime logic for any window spec."""
-    cls = PredicateWindowOperator if isinstance(spec, PredicateWindow) else WindowOperator
-    return cls(spec, aggregates, schema, time, unit, key)
+    """The runtime logic for any window spec: predicate windows, prefix sums when every
+    aggregate has the group form (:mod:`epic.prefix_windows`), else the general engine."""
+    if isinstance(spec, PredicateWindow):
+        return PredicateWindowOperator(spec, aggregates, schema, time, unit, key)
+    from .prefix_windows import PrefixWindowOperator, prefix_eligible
+    if prefix_eligible(spec, aggregates):
+        return PrefixWindowOperator(spec, aggregates, schema, time, unit, key)
+    return WindowOperator(spec, aggregates, schema, time, unit, key)

@@ -444,3 +444,13 @@ def test_long_watermark_jump_is_emitted_in_bounded_batches(monkeypatch):
     chunked = pa.Table.from_batches(batches, schema=op.output_schema).to_pylist()
     assert chunked == whole and len(whole) > 3 * 4999
     assert [r["window_end"] for r in chunked] == sorted(r["window_end"] for r in chunked)
+
+
+def test_late_row_inside_lateness_lands_in_its_own_window_after_an_empty_stretch():
+    """Regression: skipping an empty stretch must stop at the watermark. A row at t=4 that
+    arrives after a row at t=5 (lateness 3) belongs to [4, 5), not to [5, 6)."""
+    rows = [(0, 0, 1), (0, 5, 1), (0, 4, 1)]
+    op = WindowOperator(tumbling(1, lateness=3), [A.count()], SCHEMA, "ts", "s", "k")
+    out = run(op, rows, cuts=[2])
+    assert [(r["window_start"], r["window_end"], r["count"]) for r in out] == [
+        (0, 1, 1), (4, 5, 1), (5, 6, 1)]

@@ -1,0 +1,475 @@
+"""FEW time windows over *group aggregates*, computed from prefix sums: no Python per emission.
+
+An aggregate whose state is a sum of per-element integer vectors (counts, integer sums, time and
+distance per class, ...) can say so with two optional hooks (see :class:`epic.Aggregate`)::
+
+    lift(values)  -> int64 array (n, k): each element's contribution
+    lower(sums, counts) -> pyarrow Array: the results of m windows from their (m, k) sums
+
+For such aggregates the window over ``[s, t)`` is ``C(t) - C(s)``, where ``C(x)`` is the running
+sum of the contributions of the elements before ``x``. :class:`PrefixWindowOperator` keeps, per
+key, the times and running sums of the elements still needed (a window's worth), and computes all
+the emission instants a watermark reaches with ``searchsorted`` and one subtraction: the cost per
+emitted row is a few numpy element operations instead of a Python call per row and aggregate. The
+output is exactly that of :class:`epic.windows.WindowOperator` (same rows, same order, same
+batching rules; a property test holds them equal), so :func:`epic.windows.build_window_operator`
+picks this engine whenever a time window's aggregates all define ``lift`` and ``lower``.
+
+Each element is lifted once (its "add") and leaves the running sums once, when its time falls
+before every window still to be emitted (its "remove"): the cost per element does not grow with the
+window length. Integer contributions make ``C(t) - C(s)`` exact however long the stream runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from . import serde
+from .aggregates import AggSpec
+from .errors import SpecError, StateError
+from .sinks import ENTRY_COLUMN
+from .windows import (MAX_BATCH_ROWS, FewTimeWindow, _agg_values, _ceil_div, _check_columns,
+                      _group_rows, _int_column, _key_tuple, _value_column, INT64_MIN,
+                      window_output_schema)
+
+__all__ = ["PrefixWindowOperator", "prefix_eligible"]
+
+
+def prefix_eligible(spec, aggregates: Sequence[AggSpec]) -> bool:
+    """True when ``spec`` is a time window and every aggregate has ``lift`` and ``lower``
+    (and panes were not asked for explicitly)."""
+    if not isinstance(spec, FewTimeWindow) or getattr(spec, "panes", None) is True:
+        return False
+    return bool(aggregates) and all(a.aggregate.has_group for a in aggregates)
+
+
+@dataclass
+class _PKey:
+    """Prefix state of one key: the elements still needed, with running sums."""
+
+    origin: int
+    done: int  # every instant <= done has been emitted (or proved empty)
+    times: np.ndarray  # [cap] event times (clamped to >= origin), sorted
+    cum: np.ndarray  # [cap, K] running sums (including everything dropped before head)
+    ent: np.ndarray  # [cap] arrival times (delay logging) or an empty array
+    head: int
+    n: int
+    base: np.ndarray  # [K] sums of the dropped elements
+    base_ent: int  # newest arrival time among the dropped elements
+    dropped: int  # number of dropped elements
+    key_order: int
+    with_ent: bool
+
+    # storage --------------------------------------------------------------------------
+    def _reserve(self, m: int) -> None:
+        if self.n + m <= len(self.times):
+            return
+        live = self.n - self.head
+        cap = max(1024, 2 * (live + m))
+        times = np.empty(cap, np.int64)
+        cum = np.empty((cap, self.cum.shape[1]), np.int64)
+        times[:live] = self.times[self.head:self.n]
+        cum[:live] = self.cum[self.head:self.n]
+        if self.with_ent:
+            ent = np.empty(cap, np.int64)
+            ent[:live] = self.ent[self.head:self.n]
+            self.ent = ent
+        self.times, self.cum = times, cum
+        self.head, self.n = 0, live
+
+    def last_sum(self) -> np.ndarray:
+        return self.cum[self.n - 1] if self.n > self.head else self.base
+
+    def append(self, t: np.ndarray, lift: np.ndarray, ent: np.ndarray | None) -> None:
+        """Add elements (time-sorted); a tail older than the newest stored time is merged in."""
+        m = len(t)
+        if not m:
+            return
+        if self.n > self.head and t[0] < self.times[self.n - 1]:
+            # out of order within the lateness bound: merge with the stored tail from t[0] on
+            view = self.times[self.head:self.n]
+            p = self.head + int(view.searchsorted(t[0], side="right"))
+            before = self.cum[p - 1] if p > self.head else self.base
+            tail_raw = np.diff(self.cum[p:self.n], axis=0, prepend=before[None, :])
+            all_t = np.concatenate([self.times[p:self.n], t])
+            order = np.argsort(all_t, kind="stable")
+            raw = np.concatenate([tail_raw, lift])[order]
+            new_ent = (np.concatenate([self.ent[p:self.n], ent])[order]
+                       if ent is not None else None)
+            self.n = p
+            self._write(all_t[order], raw, new_ent, before)
+            return
+        self._write(t, lift, ent, self.last_sum())
+
+    def _write(self, t, raw, ent, before) -> None:
+        m = len(t)
+        self._reserve(m)
+        a, b = self.n, self.n + m
+        self.times[a:b] = t
+        np.cumsum(raw, axis=0, out=self.cum[a:b])
+        self.cum[a:b] += before
+        if ent is not None:
+            self.ent[a:b] = ent
+        self.n = b
+
+    def drop_before(self, x: int) -> None:
+        """Fold the elements with time < x into the base sums."""
+        view = self.times[self.head:self.n]
+        j = int(view.searchsorted(x, side="left"))
+        if j <= 0:
+            return
+        self.base = self.cum[self.head + j - 1].copy()
+        if self.with_ent:
+            self.base_ent = max(self.base_ent, int(self.ent[self.head:self.head + j].max()))
+        self.dropped += j
+        self.head += j
+        if self.head == self.n:
+            self.head = self.n = 0
+
+
+class PrefixWindowOperator:
+    """A FEW time window whose aggregates all have ``lift`` / ``lower`` (see the module doc).
+
+    Same constructor, protocol (``on_batch`` / ``on_watermark`` / ``on_end`` / ``snapshot`` /
+    ``restore``) and output as :class:`epic.windows.WindowOperator`.
+    """
+
+    def __init__(self, spec: FewTimeWindow, aggregates: Sequence[AggSpec], schema: pa.Schema,
+                 time: str, unit: str = "s", key: str | Sequence[str] | None = None):
+        if not prefix_eligible(spec, aggregates):
+            raise SpecError("PrefixWindowOperator needs a time window whose aggregates all "
+                            "define lift and lower")
+        self.spec = spec
+        self.aggs = list(aggregates)
+        self.schema = schema
+        self.time = time
+        self.unit = unit
+        self.keys = _key_tuple(key)
+        self.grid = spec.resolve(unit)
+        self.lateness = spec.lateness_ticks(unit)
+        self.fixed_origin = spec.origin
+        self.has_entry = ENTRY_COLUMN in schema.names
+        _check_columns(schema, time, self.keys, self.aggs)
+        self.output_schema = window_output_schema(spec, self.aggs, schema, key)
+        self._widths: list[int] | None = None
+        self._key_state: dict[Any, _PKey] = {}
+        self._watermark: int | None = None
+        self._max_time: int | None = None
+        #: rows dropped because they arrived behind the watermark (reported, never silent)
+        self.late_rows = 0
+
+    # -- public protocol -----------------------------------------------------------------
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        times = _int_column(batch, self.time)
+        keep = self._drop_late(times)
+        if keep is not None:
+            batch = batch.filter(pa.array(keep))
+            times = times[keep]
+            if not len(times):
+                return []
+        mx = int(times.max())
+        self._max_time = mx if self._max_time is None else max(self._max_time, mx)
+        lift = self._lift(batch, times)
+        ent = (batch.column(ENTRY_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)
+               if self.has_entry else None)
+        for key_value, idx in _group_rows(batch, self.keys):
+            t = times if idx is None else times[idx]
+            ks = self._key_state.get(key_value)
+            if ks is None:
+                origin = int(self.fixed_origin) if self.fixed_origin is not None else int(t.min())
+                ks = self._new_key(origin)
+                self._key_state[key_value] = ks
+            lk = lift if idx is None else lift[idx]
+            ek = None if ent is None else (ent if idx is None else ent[idx])
+            t = np.maximum(t, ks.origin)  # the general engine counts earlier rows at the origin
+            if len(t) > 1 and np.any(t[1:] < t[:-1]):
+                order = np.argsort(t, kind="stable")
+                t, lk = t[order], lk[order]
+                ek = None if ek is None else ek[order]
+            ks.append(t, lk, ek)
+        wm = self._max_time - self.lateness
+        if self._watermark is None or wm > self._watermark:
+            self._watermark = wm
+        return self._emit_all(final=False)
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        watermark = int(watermark)
+        if self._watermark is not None and watermark <= self._watermark:
+            return []
+        self._watermark = watermark
+        return self._emit_all(final=False)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        end = self._watermark
+        if self._max_time is not None:
+            end = self._max_time + 1 if end is None else max(end, self._max_time + 1)
+        if end is None:
+            return []
+        self._watermark = end
+        return self._emit_all(final=True)
+
+    @property
+    def watermark(self) -> int | None:
+        """The operator's watermark: no element with a smaller event time is accepted."""
+        return self._watermark
+
+    # -- ingest --------------------------------------------------------------------------
+    def _drop_late(self, times: np.ndarray):
+        prev = np.empty(len(times), dtype=np.int64)
+        prev[0] = INT64_MIN // 2 if self._max_time is None else self._max_time
+        if len(times) > 1:
+            np.maximum.accumulate(times[:-1], out=prev[1:])
+            if self._max_time is not None:
+                np.maximum(prev[1:], self._max_time, out=prev[1:])
+        late = times < (prev - self.lateness if self.lateness else prev)
+        if self._watermark is not None:
+            late |= times < self._watermark
+        if not late.any():
+            return None
+        self.late_rows += int(late.sum())
+        return ~late
+
+    def _lift(self, batch: pa.RecordBatch, times: np.ndarray) -> np.ndarray:
+        parts = []
+        cache: dict[str, np.ndarray] = {}
+        for a in self.aggs:
+            cols = [cache.setdefault(c, _value_column(batch, c)) for c in a.columns]
+            values = _agg_values(cols, list(range(len(cols))), times)
+            part = np.asarray(a.aggregate.lift(values))
+            if part.ndim == 1:
+                part = part[:, None]
+            if part.ndim != 2 or part.shape[0] != len(times):
+                raise SpecError(f"aggregate {a.name!r}: lift must return an array of shape "
+                                f"(n, k) for n={len(times)} elements, got {part.shape}")
+            if not np.issubdtype(part.dtype, np.integer):
+                raise SpecError(f"aggregate {a.name!r}: lift must return integers (exact "
+                                f"running sums), got {part.dtype}")
+            parts.append(part.astype(np.int64, copy=False))
+        widths = [p.shape[1] for p in parts]
+        if self._widths is None:
+            self._widths = widths
+        elif widths != self._widths:
+            raise SpecError(f"lift widths changed between batches: {self._widths} -> {widths}")
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+
+    def _new_key(self, origin: int) -> _PKey:
+        k = sum(self._widths)
+        return _PKey(origin=origin, done=origin, times=np.empty(0, np.int64),
+                     cum=np.empty((0, k), np.int64),
+                     ent=np.empty(0, np.int64),
+                     head=0, n=0, base=np.zeros(k, np.int64), base_ent=0, dropped=0,
+                     key_order=len(self._key_state), with_ent=self.has_entry)
+
+    # -- emission ------------------------------------------------------------------------
+    def _starts(self, t: np.ndarray, o: int) -> np.ndarray:
+        g = self.grid
+        if g.L is None:
+            return np.full(len(t), o, np.int64)
+        k = -((-(t - o - g.L)) // g.S)
+        return o + np.maximum(k, 0) * g.S
+
+    def _instants(self, o: int, after: int, hi: int) -> np.ndarray:
+        """Emission instants in ``(after, hi]``: ``o + m*E`` and window ends ``o + k*S + L``."""
+        g = self.grid
+        parts = []
+        if g.E is not None:
+            m0 = (after - o) // g.E + 1
+            m1 = (hi - o) // g.E
+            if m1 >= m0:
+                parts.append(o + g.E * np.arange(m0, m1 + 1, dtype=np.int64))
+        if g.L is not None:
+            k0 = max(_ceil_div(after + 1 - o - g.L, g.S), 0)
+            k1 = (hi - o - g.L) // g.S
+            if k1 >= k0:
+                parts.append(o + g.L + g.S * np.arange(k0, k1 + 1, dtype=np.int64))
+        if not parts:
+            return np.empty(0, np.int64)
+        return parts[0] if len(parts) == 1 else np.union1d(parts[0], parts[1])
+
+    def _count_before(self, ks: _PKey, x: int) -> int:
+        return ks.dropped + int(ks.times[ks.head:ks.n].searchsorted(x, side="left"))
+
+    def _skip_empty(self, ks: _PKey, limit: int) -> bool:
+        """Move ``done`` over instants whose window is provably empty; False: nothing to emit
+        up to ``limit``."""
+        g = self.grid
+        o = ks.origin
+        t0 = g.next_instant(o, ks.done)
+        if t0 > limit:
+            return False
+        s0 = o if g.L is None else g.window_start(o, t0)
+        if self._count_before(ks, t0) - (0 if g.L is None else self._count_before(ks, s0)) > 0:
+            return True
+        # window at t0 is empty: so is every window up to the next element at or after t0
+        view = ks.times[ks.head:ks.n]
+        j = int(view.searchsorted(t0, side="left"))
+        nxt = int(view[j]) if j < len(view) else None
+        if nxt is None or nxt >= limit:
+            ks.done = max(ks.done, limit)
+            return False
+        ks.done = max(ks.done, nxt)
+        return g.next_instant(o, ks.done) <= limit
+
+    def _piece(self, ks: _PKey, hi: int):
+        """Rows of the key's instants in ``(done, hi]``: arrays, or None."""
+        g = self.grid
+        o = ks.origin
+        T = self._instants(o, ks.done, hi)
+        ks.done = max(ks.done, hi)
+        if not len(T):
+            return None
+        view = ks.times[ks.head:ks.n]
+        cum = ks.cum[ks.head:ks.n]
+        jT = view.searchsorted(T, side="left")
+        cnt = ks.dropped + jT
+        sums = np.where((jT > 0)[:, None], cum[np.maximum(jT - 1, 0)], ks.base[None, :]) \
+            if len(view) else np.broadcast_to(ks.base, (len(T), len(ks.base))).copy()
+        if g.L is None:
+            S = np.full(len(T), o, np.int64)
+            final = np.zeros(len(T), bool)
+        else:
+            S = self._starts(T, o)
+            final = T == S + g.L
+            jS = view.searchsorted(S, side="left")
+            cnt = cnt - (ks.dropped + jS)
+            if len(view):
+                sums = sums - np.where((jS > 0)[:, None], cum[np.maximum(jS - 1, 0)],
+                                       ks.base[None, :])
+            else:
+                sums = sums - ks.base[None, :]
+        keep = cnt > 0
+        if not keep.all():
+            T, S, final, cnt, sums, jT = T[keep], S[keep], final[keep], cnt[keep], sums[keep], \
+                jT[keep]
+        if not len(T):
+            return None
+        if self.has_entry:
+            if len(view):
+                run = np.maximum.accumulate(ks.ent[ks.head:ks.n])
+                entry = np.where(jT > 0, run[np.maximum(jT - 1, 0)], ks.base_ent)
+                entry = np.maximum(entry, ks.base_ent)
+            else:
+                entry = np.full(len(T), ks.base_ent, np.int64)
+        else:
+            entry = None
+        return T, S, final, cnt, sums, entry
+
+    def _evict(self, ks: _PKey) -> None:
+        g = self.grid
+        if g.L is None:
+            ks.drop_before(ks.done)  # C(t) for t > done only needs the sum before done
+        else:
+            nxt = g.next_instant(ks.origin, ks.done)
+            ks.drop_before(g.window_start(ks.origin, nxt))
+
+    def _emit_all(self, final: bool) -> list[pa.RecordBatch]:
+        wm = self._watermark
+        if wm is None or not self._key_state:
+            return []
+        g = self.grid
+        limits = {kv: (g.next_instant(ks.origin, wm - 1) if final else wm)
+                  for kv, ks in self._key_state.items()}
+        step = min(x for x in (g.E, g.S) if x is not None)
+        out: list[pa.RecordBatch] = []
+        pending: list = []
+        active = list(self._key_state.items())
+        while True:
+            active = [(kv, ks) for kv, ks in active if self._skip_empty(ks, limits[kv])]
+            if not active:
+                break
+            start = min(g.next_instant(ks.origin, ks.done) for _, ks in active)
+            horizon = start + step * max(1, MAX_BATCH_ROWS // (2 * len(active))) - 1
+            for kv, ks in active:
+                piece = self._piece(ks, min(limits[kv], horizon))
+                if piece is not None:
+                    pending.append((kv, ks.key_order, piece))
+                self._evict(ks)
+            if sum(len(p[2][0]) for p in pending) >= MAX_BATCH_ROWS:
+                out += self._to_batches(pending)
+                pending = []
+        out += self._to_batches(pending)
+        return out
+
+    def _to_batches(self, pieces: list) -> list[pa.RecordBatch]:
+        if not pieces:
+            return []
+        T = np.concatenate([p[2][0] for p in pieces])
+        order_key = np.concatenate([np.full(len(p[2][0]), p[1], np.int64) for p in pieces])
+        which = np.concatenate([np.full(len(p[2][0]), i, np.int64)
+                                for i, p in enumerate(pieces)])
+        order = np.lexsort((order_key, T))
+        S = np.concatenate([p[2][1] for p in pieces])[order]
+        fin = np.concatenate([p[2][2] for p in pieces])[order]
+        cnt = np.concatenate([p[2][3] for p in pieces])[order]
+        sums = np.concatenate([p[2][4] for p in pieces])[order]
+        which = which[order]
+        T = T[order]
+        schema = self.output_schema
+        arrays: list[pa.Array] = []
+        nkeys = len(self.keys)
+        if nkeys:
+            kvs = [p[0] for p in pieces]
+            for j in range(nkeys):
+                vals = pa.array([kv if nkeys == 1 else kv[j] for kv in kvs],
+                                type=schema.field(j).type)
+                arrays.append(vals.take(pa.array(which)))
+        arrays += [pa.array(S, pa.int64()), pa.array(T, pa.int64()), pa.array(fin, pa.bool_())]
+        off = 0
+        base = nkeys + 3
+        for i, (a, w) in enumerate(zip(self.aggs, self._widths)):
+            res = a.aggregate.lower(sums[:, off:off + w], cnt)
+            off += w
+            typ = schema.field(base + i).type
+            if not isinstance(res, (pa.Array, pa.ChunkedArray)):
+                res = pa.array(res, type=typ)
+            if isinstance(res, pa.ChunkedArray):
+                res = res.combine_chunks()
+            if res.type != typ:
+                res = res.cast(typ)
+            if len(res) != len(T):
+                raise SpecError(f"aggregate {a.name!r}: lower returned {len(res)} results for "
+                                f"{len(T)} windows")
+            arrays.append(res)
+        if self.has_entry:
+            arrays.append(pa.array(np.concatenate([p[2][5] for p in pieces])[order], pa.int64()))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return [batch.slice(i, MAX_BATCH_ROWS) for i in range(0, batch.num_rows, MAX_BATCH_ROWS)]
+
+    # -- snapshot --------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        keys = []
+        for kv, ks in self._key_state.items():
+            keys.append([list(kv) if isinstance(kv, tuple) else kv, ks.origin, ks.done,
+                         ks.times[ks.head:ks.n].copy(), ks.cum[ks.head:ks.n].copy(),
+                         ks.ent[ks.head:ks.n].copy() if ks.with_ent else None,
+                         ks.base, ks.base_ent, ks.dropped, ks.key_order])
+        return serde.packb({"format": "epic.window.prefix/1", "watermark": self._watermark,
+                            "max_time": self._max_time, "late_rows": self.late_rows,
+                            "widths": self._widths, "keys": keys})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.window.prefix/1":
+            raise StateError("not a prefix window snapshot (format epic.window.prefix/1)")
+        self._watermark = st["watermark"]
+        self._max_time = st["max_time"]
+        self.late_rows = st["late_rows"]
+        self._widths = st["widths"]
+        self._key_state = {}
+        for kv, origin, done, times, cum, ent, base, base_ent, dropped, order in st["keys"]:
+            key_value = tuple(kv) if len(self.keys) > 1 else kv
+            times = np.asarray(times, np.int64)
+            k = sum(self._widths)
+            self._key_state[key_value] = _PKey(
+                origin=origin, done=done, times=times.copy(),
+                cum=np.asarray(cum, np.int64).reshape(len(times), k).copy(),
+                ent=np.asarray(ent, np.int64).copy() if ent is not None else np.empty(0, np.int64),
+                head=0, n=len(times), base=np.asarray(base, np.int64).copy(),
+                base_ent=int(base_ent), dropped=int(dropped), key_order=int(order),
+                with_ent=self.has_entry)

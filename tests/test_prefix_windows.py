@@ -1,0 +1,189 @@
+"""The prefix-sum window engine gives exactly the general engine's output (rows, order, flags)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import epic.aggregates as A
+from epic.errors import SpecError, StateError
+from epic.prefix_windows import PrefixWindowOperator, prefix_eligible
+from epic.sinks import ENTRY_COLUMN
+from epic.windows import WindowOperator, build_window_operator, few_count, few_time, landmark
+
+
+class IntStats(A.Aggregate):
+    """[sum of v, sum of v*v, number of odd v] in both forms: add/remove and lift/lower."""
+
+    name = "istats"
+
+    def init(self):
+        return [0, 0, 0]
+
+    def add(self, s, e):
+        e = int(e)
+        return [s[0] + e, s[1] + e * e, s[2] + (e & 1)]
+
+    def remove(self, s, e):
+        e = int(e)
+        return [s[0] - e, s[1] - e * e, s[2] - (e & 1)]
+
+    def result(self, s):
+        return {"sum": s[0], "sq": s[1], "odd": s[2]}
+
+    def output_type(self, input_types):
+        return pa.struct([("sum", pa.int64()), ("sq", pa.int64()), ("odd", pa.int64())])
+
+    def lift(self, values):
+        v = np.asarray(values, np.int64)
+        return np.stack([v, v * v, v & 1], axis=1)
+
+    def lower(self, sums, counts):
+        return pa.StructArray.from_arrays([pa.array(sums[:, j]) for j in range(3)],
+                                          names=["sum", "sq", "odd"])
+
+
+AGGS = [A.count(), A.AggSpec(IntStats(), ("v",), "st")]
+
+
+def schema_for(entry: bool) -> pa.Schema:
+    fields = [("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())]
+    return pa.schema(fields + ([(ENTRY_COLUMN, pa.int64())] if entry else []))
+
+
+def batches(rows, cuts, entry):
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(rows))), len(rows)]
+    sch = schema_for(entry)
+    for a, b in zip(bounds, bounds[1:]):
+        part = rows[a:b]
+        cols = [pa.array([r[j] for r in part], pa.int64()) for j in range(3)]
+        if entry:
+            cols.append(pa.array([1000 + 7 * (a + i) % 13 for i in range(len(part))], pa.int64()))
+        yield pa.record_batch(cols, schema=sch)
+
+
+def drive(make, rows, cuts, entry, marks, restore_at=()):
+    op = make()
+    out = []
+    for i, b in enumerate(batches(rows, cuts, entry)):
+        out += op.on_batch(b)
+        if i in marks:
+            out += op.on_watermark(marks[i])
+        if i in restore_at:
+            fresh = make()
+            fresh.restore(op.snapshot())
+            op = fresh
+    out += op.on_end()
+    return pa.Table.from_batches(out, schema=op.output_schema).to_pylist(), op
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 150))
+    steps = draw(st.lists(st.sampled_from([0, 0, 1, 1, 2, 3, 5, 17, 80, 400]), min_size=n,
+                          max_size=n))
+    start = draw(st.integers(-50, 10**6))
+    times = np.cumsum([start, *steps[1:]]).tolist()
+    lateness = draw(st.sampled_from([0, 0, 3, 20]))
+    if lateness:  # jitter within the lateness bound: out-of-order rows the window must accept
+        jit = draw(st.lists(st.integers(0, lateness), min_size=n, max_size=n))
+        times = [t - j for t, j in zip(times, jit)]
+    nkeys = draw(st.integers(1, 4))
+    keys = draw(st.lists(st.integers(0, nkeys - 1), min_size=n, max_size=n))
+    values = draw(st.lists(st.integers(-20, 20), min_size=n, max_size=n))
+    cuts = draw(st.lists(st.integers(0, n), max_size=8))
+    if draw(st.integers(0, 5)) == 0:
+        L = S = None
+        E = draw(st.integers(1, 30))
+    else:
+        L = draw(st.integers(1, 60))
+        S = draw(st.integers(1, L))
+        E = draw(st.one_of(st.none(), st.integers(1, L)))
+    origin = draw(st.one_of(st.none(), st.just(start - 7)))
+    entry = draw(st.booleans())
+    marks = draw(st.dictionaries(st.integers(0, 8), st.integers(-100, 10**6 + 20000),
+                                 max_size=3))
+    restore_at = draw(st.sets(st.integers(0, 8), max_size=3))
+    return (list(zip(keys, times, values)), cuts, (L, S, E), lateness, origin, entry, marks,
+            restore_at)
+
+
+@given(cases())
+def test_prefix_engine_equals_general_engine(case):
+    """Any FEW time window, batch cuts, lateness, watermarks, delay column, snapshot/restore."""
+    rows, cuts, (L, S, E), lateness, origin, entry, marks, restore_at = case
+    spec = few_time(L, S, E, lateness=lateness, origin=origin)
+    sch = schema_for(entry)
+    general, gop = drive(lambda: WindowOperator(spec, AGGS, sch, "ts", "s", "k"), rows, cuts,
+                         entry, marks)
+    prefix, pop = drive(lambda: PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k"), rows,
+                        cuts, entry, marks, restore_at)
+    assert prefix == general
+    assert pop.late_rows == gop.late_rows
+
+
+def test_long_gap_is_emitted_in_bounded_batches_in_instant_then_key_order():
+    """A landmark over a long quiet stretch: every instant, bounded batches, keys interleaved."""
+    rows = [(k, t, 1) for t in (0, 1) for k in (0, 1, 2)] + [(0, 200_000, 1)]
+    sch = schema_for(False)
+    op = PrefixWindowOperator(landmark(1), AGGS, sch, "ts", "s", "k")
+    out = []
+    for b in batches(rows, [6], False):
+        out += op.on_batch(b)
+    assert max(b.num_rows for b in out) <= 65_536
+    tab = pa.Table.from_batches(out).to_pylist()
+    assert len(tab) == 3 * 200_000  # instants 1..200000, every key (the watermark is 200000)
+    ends = [r["window_end"] for r in tab]
+    assert ends == sorted(ends)
+    assert [r["k"] for r in tab[:6]] == [0, 1, 2, 0, 1, 2]
+    assert [r["count"] for r in tab[-3:]] == [2, 2, 2]
+
+
+def test_sliding_window_skips_empty_stretches_quickly():
+    """A one-day gap with a 1 s window at 1 ms stride: only non-empty windows are visited."""
+    day = 86_400_000
+    rows = [(0, 0, 1), (0, 1, 2), (0, day, 3), (0, day + 5, 4)]
+    sch = schema_for(False)
+    spec = few_time(1, Fraction(1, 1000), Fraction(1, 1000))  # ticks: ms
+    op = PrefixWindowOperator(spec, AGGS, sch, "ts", "ms", "k")
+    out = []
+    for b in batches(rows, [1, 2, 3], False):
+        out += op.on_batch(b)
+    out += op.on_end()
+    got = pa.Table.from_batches(out).to_pylist()
+    ref, _ = drive(lambda: WindowOperator(spec, AGGS, sch, "ts", "ms", "k"), rows, [1, 2, 3],
+                   False, {})
+    assert got == ref
+    assert len(got) == 1001 + 6  # 1001 instants hold the first rows; 6 up to the end (day+6)
+
+
+def test_builder_picks_the_prefix_engine_only_when_every_aggregate_has_the_group_form():
+    sch = schema_for(False)
+    assert isinstance(build_window_operator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k"),
+                      PrefixWindowOperator)
+    mixed = AGGS + [A.max("v")]
+    assert isinstance(build_window_operator(few_time(10, 1, 1), mixed, sch, "ts", "s", "k"),
+                      WindowOperator)
+    assert not prefix_eligible(few_count(10, 1, 1), AGGS)
+    assert not prefix_eligible(few_time(10, 1, 1, panes=True), AGGS)
+
+
+def test_lift_must_be_integer_and_snapshot_format_is_checked():
+    class FloatLift(IntStats):
+        def lift(self, values):
+            return np.asarray(values, float)[:, None]
+
+    sch = schema_for(False)
+    op = PrefixWindowOperator(few_time(10, 1, 1), [A.AggSpec(FloatLift(), ("v",), "f")], sch,
+                              "ts", "s", "k")
+    with pytest.raises(SpecError, match="'f'.*integers"):
+        op.on_batch(next(batches([(0, 1, 2)], [], False)))
+    general = WindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k")
+    with pytest.raises(StateError, match="prefix window snapshot"):
+        PrefixWindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k").restore(
+            general.snapshot())
