@@ -155,6 +155,10 @@ class Q3Config:
         denominator: ``"field"``: percent of the player's time inside the field in the window
             (default); ``"window"``: percent of the window's length.
         dense: every cell every emission (``True``) or non-zero cells only (default).
+        corners: ``"mm"``: cell corners rounded to whole millimetres, as in the spec's worked
+            example (the first 8x13 cell is (0, -33960)-(6560, -28735)), written as integers
+            (default; it also halves the CSV formatting cost of q3, the largest output);
+            ``"exact"``: the unrounded ``i*w`` corners as floats.
         origin: the heat-map grid origin (kick-off by default).
     """
 
@@ -163,10 +167,12 @@ class Q3Config:
     max_gap_ps: int = C.PS_PER_S
     denominator: str = "field"
     dense: bool = False
+    corners: str = "mm"
     origin: int = DEFAULT_ORIGIN
 
     def __post_init__(self):
         _choice("Q3Config", "denominator", self.denominator, ("field", "window"))
+        _choice("Q3Config", "corners", self.corners, ("mm", "exact"))
         for name in ("period_ps", "max_gap_ps"):
             _positive("Q3Config", name, getattr(self, name))
         if len(self.base_grid) != 2 or min(self.base_grid) <= 0:

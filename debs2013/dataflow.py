@@ -43,7 +43,7 @@ from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
 from debs2013.q1 import Q1A_SCHEMA, Q1B_SCHEMA, RunningOperator, RunningStats, q1b_rows
 from debs2013.q2 import (PLAYER_POSSESSION_SCHEMA, TEAM_POSSESSION_SCHEMA, BallHitter,
                          PossessionOperator, TeamShare, team_rows)
-from debs2013.q3 import Q3_SCHEMA, HeatMap, HeatMapOperator, grid_weights
+from debs2013.q3 import HeatMap, HeatMapOperator, corner_values, grid_weights, q3_schema
 from debs2013.q4 import Q4_SCHEMA, ShotOperator
 from debs2013.readers import (SENSOR_SCHEMA, interruption_markers, read_game_interruptions,
                               read_metadata, shared_dir)
@@ -51,14 +51,23 @@ from epic import serde
 from epic.errors import SpecError, StateError
 
 __all__ = ["DebsOptions", "build_topology", "OUTPUT_FILES", "Q3_OUT_SCHEMA", "ListingOne",
-           "GameState", "q3_all_grids", "q3_all_grids_chunked", "data_span", "grid_name", "QUERIES"]
+           "GameState", "q3_all_grids", "q3_all_grids_chunked", "q3_out_schema", "data_span",
+           "grid_name", "QUERIES"]
 
 QUERIES = ("q1", "q2", "q3", "q4")
 
-#: Q3 output: the spec's fields plus ``grid`` (``"8x13"`` .. ``"64x100"``: cells along x by y),
-#: since each q3 file carries the four grids of its window.
-Q3_OUT_SCHEMA = pa.schema(list(Q3_SCHEMA) + [pa.field("grid", pa.string())],
-                          metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
+
+
+def q3_out_schema(config: Q3Config = Q3Config()) -> pa.Schema:
+    """Q3 output: the spec's fields plus ``grid`` (``"8x13"`` .. ``"64x100"``: cells along x by
+    y), since each q3 file carries the four grids of its window; corner type per
+    ``config.corners``."""
+    return pa.schema(list(q3_schema(config)) + [pa.field("grid", pa.string())],
+                     metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
+
+
+#: the default Q3 output schema (corners in whole millimetres)
+Q3_OUT_SCHEMA = q3_out_schema()
 
 _Q1_WINDOWS = (("1M", 60), ("5M", 300), ("20M", 1200), ("landmark", None))
 _Q2_WINDOWS = (("1min", 60), ("5min", 300), ("20min", 1200), ("landmark", None))
@@ -327,6 +336,8 @@ def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
     the non-zero coarse cells, sorted by row then cell id (``j * nx + i``)."""
     bx, by = base
     nx, ny = grid
+    if grid == base:
+        return row, cell, time.astype(np.float64, copy=False)
     tx, sx = _axis_map(bx, nx)
     ty, sy = _axis_map(by, ny)
     fi, fj = cell % bx, cell // bx
@@ -344,8 +355,15 @@ def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
         return e, e, np.zeros(0, np.float64)
     keys = np.concatenate(keys)
     vals = np.concatenate(vals)
-    uniq, inv = np.unique(keys, return_inverse=True)
-    sums = np.bincount(inv, weights=vals, minlength=len(uniq))
+    span = (int(row[-1]) + 1) * nx * ny if len(row) else 0
+    if span <= 16 * len(keys) + (1 << 20):
+        # dense accumulation (no sort): the coarse keys of a batch fit a small table
+        sums = np.bincount(keys, weights=vals, minlength=span)
+        uniq = np.flatnonzero(sums)
+        sums = sums[uniq]
+    else:
+        uniq, inv = np.unique(keys, return_inverse=True)
+        sums = np.bincount(inv, weights=vals, minlength=len(uniq))
     return uniq // (nx * ny), uniq % (nx * ny), sums
 
 
@@ -384,8 +402,9 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
     cell id; with ``dense`` every cell of every grid, else the non-zero ones.
     """
     n = batch.num_rows
+    schema = q3_out_schema(config)
     if n == 0:
-        return pa.RecordBatch.from_pylist([], schema=Q3_OUT_SCHEMA)
+        return pa.RecordBatch.from_pylist([], schema=schema)
     heat = batch.column("heat")
     parts_ = dict(zip([f.name for f in heat.type], heat.flatten()))  # slice-aware children
     cells_l, times_l = parts_["cells"], parts_["times"]
@@ -413,12 +432,19 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = np.where(d > 0, 100.0 * tsum / np.where(d > 0, d, 1.0), 0.0)
         parts.append((r, np.full(len(r), gi, np.int64), c, pct))
-    r = np.concatenate([p[0] for p in parts])
-    g = np.concatenate([p[1] for p in parts])
-    c = np.concatenate([p[2] for p in parts])
-    pct = np.concatenate([p[3] for p in parts])
-    order = np.lexsort((c, g, r))
-    r, g, c, pct = r[order], g[order], c[order], pct[order]
+    # Each part is sorted by (row, cell): place them in (row, grid, cell) order by counting,
+    # with no sort over all output rows.
+    per = np.stack([np.bincount(p[0], minlength=n) for p in parts], axis=1)  # (n, grids)
+    starts = (np.cumsum(per.ravel()) - per.ravel()).reshape(per.shape)
+    total = int(per.sum())
+    r = np.empty(total, np.int64)
+    g = np.empty(total, np.int64)
+    c = np.empty(total, np.int64)
+    pct = np.empty(total, np.float64)
+    for gi, (pr, pg, pc_, pp) in enumerate(parts):
+        first = np.cumsum(per[:, gi]) - per[:, gi]  # index in the part of each row's first
+        pos = starts[pr, gi] + (np.arange(len(pr)) - first[pr])
+        r[pos], g[pos], c[pos], pct[pos] = pr, pg, pc_, pp
     nxs = np.array([gr[0] for gr in C.Q3_GRIDS], np.int64)[g]
     nys = np.array([gr[1] for gr in C.Q3_GRIDS], np.int64)[g]
     cw = _W_MM / nxs
@@ -429,11 +455,11 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([
         pa.array(ends[r], pa.int64()),
         batch.column("player_id").take(pa.array(r)),
-        pa.array(x1, pa.float64()), pa.array(y1, pa.float64()),
-        pa.array(x1 + cw, pa.float64()), pa.array(y1 + ch, pa.float64()),
+        corner_values(x1, config), corner_values(y1, config),
+        corner_values(x1 + cw, config), corner_values(y1 + ch, config),
         pa.array(pct, pa.float64()),
         names.take(pa.array(g)),
-    ], schema=Q3_OUT_SCHEMA)
+    ], schema=schema)
 
 
 _W_MM = C.FIELD["x_max"] - C.FIELD["x_min"]
@@ -561,7 +587,7 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
                          aggregates=[hm])
             rows = t.flat_map(f"q3_{label}_rows", w,
                               functools.partial(q3_all_grids_chunked, config=q3cfg),
-                              schema=Q3_OUT_SCHEMA, time="ts")
+                              schema=q3_out_schema(q3cfg), time="ts")
             sinks.add(f"q3_{label}", rows, Q3_OUT_SCHEMA.names)
     return t
 

@@ -47,20 +47,41 @@ from epic import serde
 from epic.aggregates import Aggregate
 from epic.errors import StateError
 
-__all__ = ["HEATMAP_SCHEMA", "Q3_SCHEMA", "HeatMapOperator", "HeatMap", "q3_rows",
-           "cell_of", "grid_weights"]
+__all__ = ["HEATMAP_SCHEMA", "Q3_SCHEMA", "Q3_SCHEMA_EXACT", "q3_schema", "corner_values",
+           "HeatMapOperator", "HeatMap", "q3_rows", "cell_of", "grid_weights"]
 
 HEATMAP_SCHEMA = pa.schema([
     pa.field("ts", pa.int64()), pa.field("player_id", pa.string()),
     pa.field("cells", pa.list_(pa.int32())), pa.field("times", pa.list_(pa.int64())),
 ], metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
 
-Q3_SCHEMA = pa.schema([
-    pa.field("ts", pa.int64()), pa.field("player_id", pa.string()),
-    pa.field("cell_x1", pa.float64()), pa.field("cell_y1", pa.float64()),
-    pa.field("cell_x2", pa.float64()), pa.field("cell_y2", pa.float64()),
-    pa.field("percent_time_in_cell", pa.float64()),
-], metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
+
+def _q3_schema(corner_type: pa.DataType) -> pa.Schema:
+    return pa.schema([
+        pa.field("ts", pa.int64()), pa.field("player_id", pa.string()),
+        pa.field("cell_x1", corner_type), pa.field("cell_y1", corner_type),
+        pa.field("cell_x2", corner_type), pa.field("cell_y2", corner_type),
+        pa.field("percent_time_in_cell", pa.float64()),
+    ], metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
+
+
+#: q3 rows with corners in whole millimetres (``Q3Config.corners == "mm"``, the default)
+Q3_SCHEMA = _q3_schema(pa.int64())
+#: q3 rows with the unrounded float corners (``Q3Config.corners == "exact"``)
+Q3_SCHEMA_EXACT = _q3_schema(pa.float64())
+
+
+def q3_schema(config: Q3Config) -> pa.Schema:
+    """The q3 row schema for ``config.corners``."""
+    return Q3_SCHEMA if config.corners == "mm" else Q3_SCHEMA_EXACT
+
+
+def corner_values(x: np.ndarray, config: Q3Config) -> pa.Array:
+    """Corner coordinates (mm, float) as the q3 column: rounded to int64 mm, or as they are."""
+    if config.corners == "mm":
+        return pa.array(np.rint(x).astype(np.int64), pa.int64())
+    return pa.array(x, pa.float64())
+
 
 _W = C.FIELD["x_max"] - C.FIELD["x_min"]
 _H = C.FIELD["y_max"] - C.FIELD["y_min"]
@@ -334,14 +355,14 @@ def q3_rows(window_batch: pa.RecordBatch, grid: tuple[int, int],
         sel = np.arange(nx * ny) if config.dense else np.nonzero(coarse > 0)[0]
         parts.append((t, pid, sel, pct[sel]))
     n = sum(len(p[2]) for p in parts)
+    schema = q3_schema(config)
     if n == 0:
-        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in Q3_SCHEMA],
-                                          schema=Q3_SCHEMA)
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
     sel = np.concatenate([p[2] for p in parts])
     return pa.RecordBatch.from_arrays([
         pa.array(np.concatenate([np.full(len(p[2]), p[0], np.int64) for p in parts])),
         pa.array([p[1] for p in parts for _ in range(len(p[2]))], pa.string()),
-        pa.array(x1[sel], pa.float64()), pa.array(y1[sel], pa.float64()),
-        pa.array(x1[sel] + cw, pa.float64()), pa.array(y1[sel] + ch, pa.float64()),
+        corner_values(x1[sel], config), corner_values(y1[sel], config),
+        corner_values(x1[sel] + cw, config), corner_values(y1[sel] + ch, config),
         pa.array(np.concatenate([p[3] for p in parts]), pa.float64()),
-    ], schema=Q3_SCHEMA)
+    ], schema=schema)

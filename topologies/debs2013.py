@@ -67,6 +67,7 @@ shot_pending = epic.param("shot_pending", "0.2", help="Q4 pending window after a
 dense = epic.param("dense", False, help="every cell every second (huge) instead of non-zero")
 q3_denominator = epic.param("q3_denominator", "field", help="field | window")
 q3_base_grid = epic.param("q3_base_grid", "64x100", help="64x100 | 64x1300 (exact 8x13)")
+q3_corners = epic.param("q3_corners", "mm", help="mm: corners rounded to whole mm | exact")
 
 topology = build_topology(DebsOptions(
     input=input_path,
@@ -89,6 +90,7 @@ topology = build_topology(DebsOptions(
     q2=Q2Config(acc_inclusive=not hit_strict, distance_3d=not hit_2d, include_hands=hands,
                 epsilon_ps=_ps(epsilon), possession_time=possession_time, hits_count=hits_count,
                 team_time=team_time, team_period_ps=_ps(q2_period)),
-    q3=Q3Config(base_grid=_grid(q3_base_grid), denominator=q3_denominator, dense=dense),
+    q3=Q3Config(base_grid=_grid(q3_base_grid), denominator=q3_denominator, dense=dense,
+                corners=q3_corners),
     q4=Q4Config(gravity=gravity, deflection_ends=deflection_ends, pending_ps=_ps(shot_pending)),
 ))

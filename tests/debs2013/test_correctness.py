@@ -219,10 +219,12 @@ def _compare_q3(got: pd.DataFrame, exp: pd.DataFrame, grid):
     w, h = 52483 / nx, 67925 / ny
     got = got.assign(i=np.rint(got["cell_x1"] / w).astype(int),
                      j=np.rint((got["cell_y1"] + 33960) / h).astype(int))
-    # corners per spec §7: x1 = i*w, y1 = -33960 + j*h, x2 = x1 + w, y2 = y1 + h
-    assert np.allclose(got["cell_x1"], got["i"] * w, rtol=0, atol=1e-6)
-    assert np.allclose(got["cell_x2"], (got["i"] + 1) * w, rtol=0, atol=1e-6)
-    assert np.allclose(got["cell_y2"], -33960 + (got["j"] + 1) * h, rtol=0, atol=1e-6)
+    # corners per spec §7: x1 = i*w, y1 = -33960 + j*h, x2 = x1 + w, y2 = y1 + h, rounded to
+    # whole millimetres (the default Q3Config.corners == "mm", the spec's worked example)
+    assert (got["cell_x1"] == np.rint(got["i"] * w)).all()
+    assert (got["cell_y1"] == np.rint(-33960 + got["j"] * h)).all()
+    assert (got["cell_x2"] == np.rint((got["i"] + 1) * w)).all()
+    assert (got["cell_y2"] == np.rint(-33960 + (got["j"] + 1) * h)).all()
     keys = ["ts", "player_id", "i", "j"]
     m = exp.merge(got, on=keys, how="outer", indicator=True)
     wrong = m[m["_merge"] != "both"]

@@ -95,13 +95,18 @@ def test_uda_window_and_percentages():
     win = _window(maps)
     at3 = q3_rows(win, (64, 100)).to_pylist()
     rows3 = [r for r in at3 if r["ts"] == 3 * PS]
+    exact = Q3Config(corners="exact")
+    rows3 = [r for r in q3_rows(win, (64, 100), exact).to_pylist() if r["ts"] == 3 * PS]
     assert [(round(r["cell_x1"], 3), r["percent_time_in_cell"]) for r in rows3] == [
         (round(52483 / 64, 3), 50.0), (round(63 * 52483 / 64, 3), 50.0)]
+    # default corners: whole millimetres, the spec's worked example (0, -33960)-(6560, -28735)
+    assert [r["cell_x1"] for r in at3 if r["ts"] == 3 * PS] == [820, 51663]
     coarse = [r for r in q3_rows(win, (8, 13)).to_pylist() if r["ts"] == 2 * PS]
     assert len(coarse) == 1 and coarse[0]["percent_time_in_cell"] == pytest.approx(100.0)
-    assert (coarse[0]["cell_x1"], coarse[0]["cell_y1"]) == (0.0, -33960.0)
-    assert coarse[0]["cell_x2"] == pytest.approx(6560.375)
-    assert coarse[0]["cell_y2"] == pytest.approx(-33960 + 5225)
+    assert [coarse[0][f"cell_{c}"] for c in ("x1", "y1", "x2", "y2")] == [0, -33960, 6560, -28735]
+    fine = [r for r in q3_rows(win, (8, 13), exact).to_pylist() if r["ts"] == 2 * PS]
+    assert fine[0]["cell_x2"] == pytest.approx(6560.375)
+    assert fine[0]["cell_y2"] == pytest.approx(-33960 + 5225)
     dense = q3_rows(win, (8, 13), Q3Config(dense=True)).to_pylist()
     assert len(dense) == 104 * len(win)
     for t in {r["ts"] for r in dense}:
