@@ -313,8 +313,9 @@ class HeatMap(Aggregate):
         return self._scatter(state, *self._flat(values), -1)
 
     def result(self, state):
-        nz = np.nonzero(state)[0]
-        return {"cells": nz.astype(np.int32).tolist(), "times": state[nz].tolist()}
+        # numpy arrays, not lists: Arrow converts them ~8x faster than Python lists
+        nz = np.flatnonzero(state)
+        return {"cells": nz.astype(np.int32), "times": state[nz]}
 
     def output_type(self, input_types: Sequence[pa.DataType]) -> pa.DataType:
         return pa.struct([pa.field("cells", pa.list_(pa.int32())),
