@@ -1,0 +1,981 @@
+#!/usr/bin/env python
+"""DEBS 2013 Grand Challenge benchmark on a generated game (issue DEBS, section 6).
+
+For each case (``q1``, ``q2``, ``q3``, ``q4`` alone and ``all`` four together: EPIC paper figure 5)
+the script runs ``topologies/debs2013.py`` as a subprocess, by default with
+``epic deploy --fuse`` (Spark local on this machine) or with ``--runtime run`` (the in-process
+runner), with delay logging on (``--delays``), and measures:
+
+* wall time of the whole command (Python start, Spark session and JVM start included), input
+  events/s (rows of the input file / wall s) and "x real time" (game seconds / wall s; game seconds
+  = seconds of the two halves (``debs2013/constants.py``; a short generated game has shorter halves
+  from the same kick-offs) in which the input has rows);
+* peak memory of the process tree (the ``epic`` process and all its descendants: the JVM and the
+  Python workers), the sum of their PSS (``/proc/<pid>/smaps_rollup``: shared pages split between
+  the sharers) sampled every 5 s (``--mem-every``; short spikes can be missed);
+* per output stream: rows, p50 / p99 / max of ``write_time - entry_time`` (EPIC's delay logging,
+  spec section 9: paper figure 6), read streaming with pyarrow (only the two delay columns); exact
+  over all rows up to ``--delay-max-values`` rows per stream, above that over every k-th row (the
+  table says which).
+
+The floor (a peer in the same run): a plain pyarrow streaming parse of the same file
+(``pyarrow.csv.open_csv``, 13 int64 columns, no header): wall s and rows/s.
+
+Targets: the ``all`` case finishes within ``--target-seconds`` (default 600 s = 10 min); every run
+succeeds. A run killed at ``--timeout`` (or because free disk fell below ``--min-free-gb``) counts
+as a miss. Exit 1 when a target is missed, 2 on a usage / environment error (missing input and no
+way to generate it, too little disk).
+
+    .venv/bin/python scripts/bench_debs.py                       # full game, all cases, fused deploy
+    .venv/bin/python scripts/bench_debs.py --minutes 0.5 --cases all   # quick check
+    .venv/bin/python scripts/bench_debs.py --input data/slice6m.csv --runtime run --cases q1,all
+    .venv/bin/python scripts/bench_debs.py --cases all --timeout 1800 --write-docs
+    .venv/bin/python scripts/bench_debs.py --from-json out/bench_debs/results.json --write-docs
+
+Outputs go to ``<out-root>/<case>`` and Spark work directories to ``<work-root>/<case>`` (both fresh
+per run, deleted after measuring unless ``--keep``); results to ``<out-root>/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from debs2013 import constants as C  # noqa: E402
+from debs2013.dataflow import OUTPUT_FILES  # noqa: E402
+
+REAL_TIME_RATE = 15_000          # events/s of the real game (spec section 9)
+SENSOR_COLUMNS = ["sid", "ts", "x", "y", "z", "v", "a", "vx", "vy", "vz", "ax", "ay", "az"]
+CASES = ("q1", "q2", "q3", "q4", "all")
+DOC_BEGIN = "<!-- bench_debs:begin -->"
+DOC_END = "<!-- bench_debs:end -->"
+HALF_STARTS = (C.FIRST_HALF_START, C.SECOND_HALF_START)
+HALF_ENDS = (C.FIRST_HALF_END, C.SECOND_HALF_END)
+
+
+# ------------------------------------------------------------------------------------------------
+# pure helpers (tests/test_bench_debs.py)
+
+def case_queries(case: str) -> list[str]:
+    """``"q3"`` -> ``["q3"]``; ``"all"`` -> the four queries."""
+    if case == "all":
+        return ["q1", "q2", "q3", "q4"]
+    if case not in CASES:
+        raise ValueError(f"unknown case {case!r} (one of {', '.join(CASES)})")
+    return [case]
+
+
+def parse_cases(text: str) -> list[str]:
+    """``"q1, all"`` -> ``["q1", "all"]`` (order kept, duplicates dropped, names checked);
+    a ``:seconds`` suffix (a per-case timeout, :func:`case_timeouts`) is dropped."""
+    out: list[str] = []
+    for c in (s.strip().lower().split(":")[0].strip() for s in text.split(",")):
+        if not c:
+            continue
+        case_queries(c)
+        if c not in out:
+            out.append(c)
+    if not out:
+        raise ValueError("no cases given")
+    return out
+
+
+def case_timeouts(text: str) -> dict[str, float]:
+    """``"all:1200,q4:300,q1"`` -> ``{"all": 1200.0, "q4": 300.0}``."""
+    out = {}
+    for item in text.split(","):
+        name, _, secs = item.strip().lower().partition(":")
+        if secs.strip():
+            out[name.strip()] = float(secs)
+    return out
+
+
+def case_files(case: str) -> list[str]:
+    """The output files a case writes (``debs2013.dataflow.OUTPUT_FILES`` order)."""
+    qs = set(case_queries(case))
+    return [f for f, (q, _) in OUTPUT_FILES.items() if q in qs]
+
+
+def half_seconds(ts: np.ndarray, half_starts=HALF_STARTS, half_ends=HALF_ENDS,
+                 ps_per_s: int = C.PS_PER_S) -> set[tuple[int, int]]:
+    """``(half, whole seconds since its kick-off)`` of the rows of ``ts`` (ps) inside a half."""
+    ts = np.asarray(ts, dtype=np.int64)
+    out: set[tuple[int, int]] = set()
+    for h, (lo, hi) in enumerate(zip(half_starts, half_ends), start=1):
+        t = ts[(ts >= lo) & (ts < hi)]
+        if t.size:
+            out.update((h, int(s)) for s in np.unique((t - lo) // ps_per_s))
+    return out
+
+
+def game_seconds(ts: np.ndarray, **kw) -> int:
+    """Seconds of play covered by the data: whole seconds since each half's kick-off
+    (``debs2013/constants.py``) in which ``ts`` has rows (a generated short game starts its halves
+    at the same kick-offs and has no rows after its shorter ends)."""
+    return len(half_seconds(ts, **kw))
+
+
+def percentiles_ms(delays_ns: np.ndarray, qs=(50, 99)) -> list[float | None]:
+    """Percentiles of delays given in ns, as ms (``None`` for no values)."""
+    if delays_ns.size == 0:
+        return [None for _ in qs]
+    return [float(v) / 1e6 for v in np.percentile(delays_ns, qs)]
+
+
+def sample_stride(est_rows: float, max_values: int) -> int:
+    """Keep every k-th delay so at most about ``max_values`` are kept (k >= 1)."""
+    if max_values <= 0 or est_rows <= max_values:
+        return 1
+    return int(math.ceil(est_rows / max_values))
+
+
+def tree_pids(root: int, parents: dict[int, int]) -> set[int]:
+    """``root`` and all its descendants, given ``pid -> ppid``."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        if p in out:
+            continue
+        out.add(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def game_clock(ts_ps: int) -> str:
+    """An event time (ps) as ``"half 2 +12:34"`` (time since that half's kick-off)."""
+    half = 2 if ts_ps >= C.SECOND_HALF_START else 1
+    d = (ts_ps - HALF_STARTS[half - 1]) / C.PS_PER_S
+    sign = "-" if d < 0 else "+"
+    d = abs(int(d))
+    return f"half {half} {sign}{d // 60}:{d % 60:02d}"
+
+
+def fmt_num(v, digits: int = 0) -> str:
+    """``1234567`` -> ``1,234,567``; None -> ``-``."""
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+# ------------------------------------------------------------------------------------------------
+# measurement
+
+def _proc_parents() -> dict[int, int]:
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                s = f.read()
+            out[int(d)] = int(s[s.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _rss_bytes(pid: int) -> int:
+    """Proportional set size (shared pages split between the processes sharing them, so forked
+    Python workers are not counted twice); VmRSS where smaps_rollup is not readable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def tree_rss(root: int) -> tuple[int, set[int]]:
+    pids = tree_pids(root, _proc_parents())
+    return sum(_rss_bytes(p) for p in pids), pids
+
+
+@dataclass
+class StreamDelay:
+    stream: str
+    query: str
+    rows: int | None = None
+    sampled: str = "all"
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+    bytes: int | None = None
+    read_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class CaseResult:
+    case: str
+    runtime: str
+    fuse: bool
+    command: str
+    status: str = "not run"       # ok | failed (rc N) | timeout | disk | not run
+    rc: int | None = None
+    wall_s: float | None = None
+    input_rows: int | None = None
+    game_s: int | None = None
+    peak_rss: int | None = None
+    rows_out: int | None = None
+    out_bytes: int | None = None
+    load: float | None = None      # mean 1-min load average during the run
+    game_done: int | None = None   # game seconds behind the slowest sink's watermark
+    progress: dict = field(default_factory=dict)
+    top_nodes: list = field(default_factory=list)
+    streams: list = field(default_factory=list)
+    log_tail: str = ""
+    started: str = ""
+
+    @property
+    def events_per_s(self):
+        return None if not self.wall_s or self.input_rows is None else self.input_rows / self.wall_s
+
+    @property
+    def x_real_time(self):
+        """Game s / wall s; for a killed run the game seconds its slowest sink got through."""
+        g = self.game_s if self.status == "ok" else self.game_done
+        return None if not self.wall_s or not g else g / self.wall_s
+
+    @property
+    def est_total_s(self):
+        """A killed run's wall time extrapolated linearly from its progress (optimistic for
+        windows whose cost grows with time, e.g. landmark heat maps)."""
+        if self.status == "ok" or not self.game_done or not self.game_s or not self.wall_s:
+            return None
+        return self.wall_s * self.game_s / self.game_done
+
+
+def floor_parse(path: Path) -> dict:
+    """Plain pyarrow streaming parse of the game: 13 int64 columns, no header; rows and wall s."""
+    ro = pacsv.ReadOptions(column_names=SENSOR_COLUMNS, block_size=16 << 20)
+    co = pacsv.ConvertOptions(column_types={c: pa.int64() for c in SENSOR_COLUMNS})
+    t0 = time.perf_counter()
+    rows = 0
+    with pacsv.open_csv(path, read_options=ro, convert_options=co) as r:
+        for b in r:
+            rows += b.num_rows
+    wall = time.perf_counter() - t0
+    return {"rows": rows, "wall_s": wall, "rows_per_s": rows / wall if wall else None}
+
+
+def scan_game_seconds(path: Path) -> np.ndarray:
+    """Second pass (not timed as the floor): the game seconds with data, as the sorted event
+    times (ps) of their starts (their count is the game's length in seconds)."""
+    ro = pacsv.ReadOptions(column_names=SENSOR_COLUMNS, block_size=16 << 20)
+    co = pacsv.ConvertOptions(include_columns=["ts"], column_types={"ts": pa.int64()})
+    secs: set[tuple[int, int]] = set()
+    with pacsv.open_csv(path, read_options=ro, convert_options=co) as r:
+        for b in r:
+            secs |= half_seconds(b.column(0).to_numpy())
+    return np.sort(np.array([HALF_STARTS[h - 1] + sec * C.PS_PER_S for h, sec in secs],
+                            dtype=np.int64))
+
+
+def game_done(starts: np.ndarray, watermark: int | None) -> int | None:
+    """Game seconds (of ``starts``, see :func:`scan_game_seconds`) wholly before ``watermark``."""
+    if watermark is None:
+        return None
+    return int(np.searchsorted(starts, int(watermark) - C.PS_PER_S, side="right"))
+
+
+def read_delays(path: Path, query: str, max_values: int) -> StreamDelay:
+    """Rows and delay percentiles of one output CSV (``entry_time, write_time`` first)."""
+    sd = StreamDelay(stream=path.name, query=query)
+    if not path.is_file():
+        sd.error = "missing"
+        return sd
+    sd.bytes = path.stat().st_size
+    t0 = time.perf_counter()
+    ro = pacsv.ReadOptions(block_size=32 << 20)
+    co = pacsv.ConvertOptions(include_columns=["entry_time", "write_time"],
+                              column_types={"entry_time": pa.int64(), "write_time": pa.int64()})
+    kept: list[np.ndarray] = []
+    rows = 0
+    stride = None
+    vmax = None
+    try:
+        with pacsv.open_csv(path, read_options=ro, convert_options=co) as r:
+            for b in r:
+                n = b.num_rows
+                if n == 0:
+                    continue
+                d = (b.column(1).to_numpy(zero_copy_only=False)
+                     - b.column(0).to_numpy(zero_copy_only=False))
+                if stride is None:   # rows estimated from the first block's bytes per row
+                    stride = sample_stride(sd.bytes / (min(sd.bytes, 32 << 20) / n), max_values)
+                m = int(d.max())
+                vmax = m if vmax is None else max(vmax, m)
+                first = (-rows) % stride       # global row index multiple of the stride
+                kept.append(d[first::stride] if stride > 1 else d)
+                rows += n
+    except (pa.ArrowInvalid, OSError) as e:   # a file cut by a kill: keep what was read
+        sd.error = f"{type(e).__name__}: {str(e)[:120]}"
+    sd.rows = rows
+    sd.sampled = "all" if (stride or 1) == 1 else f"1/{stride}"
+    vals = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    sd.p50_ms, sd.p99_ms = percentiles_ms(vals)
+    sd.max_ms = None if vmax is None else vmax / 1e6
+    sd.read_s = time.perf_counter() - t0
+    return sd
+
+
+def _status_doc(workdir: Path) -> dict:
+    try:
+        return json.loads((workdir / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _progress(doc: dict, runtime: str, n_sinks: int | None = None) -> tuple[dict, list]:
+    """Source rows read and the slowest sink's watermark from a deploy's status.json; the queries
+    with the most busy time (sum of micro-batch durations with rows)."""
+    nodes = doc.get("nodes", {})
+    src = {k: v for k, v in nodes.items() if k.split("+")[0] in ("event_reader",)}
+    prog = {"elapsed_s": doc.get("elapsed_s"), "state": doc.get("state")}
+    if src:
+        prog["source_rows"] = max(v.get("rows_in") or 0 for v in src.values())
+    wms = [v.get("watermark") for k, v in nodes.items() if k.split("+")[-1].endswith("_csv")]
+    missing = sum(w is None for w in wms) + max(0, (n_sinks or 0) - len(wms))
+    if missing:   # a sink query not started yet, or one that has read nothing
+        prog["sinks_without_watermark"] = missing
+    elif wms:
+        prog["min_sink_watermark"] = min(wms)
+    top = sorted(((k, v.get("busy_ms") or 0, v.get("rows_in") or 0) for k, v in nodes.items()),
+                 key=lambda t: -t[1])[:6]
+    return prog, [list(t) for t in top]
+
+
+def _run_stats_top(path: Path) -> list:
+    """Top nodes by busy seconds from ``epic run --stats`` (when the file has them)."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    nodes = d.get("nodes") or {}
+    rows = []
+    if isinstance(nodes, dict):
+        for k, v in nodes.items():
+            if isinstance(v, dict):
+                busy = v.get("busy_s") or v.get("busy") or v.get("seconds")
+                if busy is not None:
+                    rows.append([k, int(float(busy) * 1000), v.get("rows_in") or 0])
+    return sorted(rows, key=lambda t: -t[1])[:6]
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM then SIGKILL the run's process group and every descendant still alive (only
+    processes this script started)."""
+    pids = tree_pids(proc.pid, _proc_parents())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+        pids = {p for p in pids if os.path.exists(f"/proc/{p}")}
+        if proc.poll() is not None and not pids:
+            return
+
+
+def free_gb(path: Path) -> float:
+    p = path
+    while not p.exists():
+        p = p.parent
+    return shutil.disk_usage(p).free / 1e9
+
+
+def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[str]:
+    epic = str(ROOT / ".venv" / "bin" / "epic")
+    if not os.path.exists(epic):
+        epic = shutil.which("epic") or "epic"
+    topo = str(ROOT / "topologies" / "debs2013.py")
+    params = ["--", "--input", str(args.input), "--out", str(out),
+              "--queries", ",".join(case_queries(case)), "--delays"]
+    if args.runtime == "deploy":
+        cmd = [epic, "deploy", topo, "--workdir", str(work), "--no-progress"]
+        if args.fuse:
+            cmd.append("--fuse")
+    else:
+        cmd = [epic, "run", topo, "--no-progress", "--no-summary", "--stats", str(stats)]
+    return cmd + params
+
+
+def run_case(args, case: str, console) -> CaseResult:
+    out = args.out_root / case
+    work = args.work_root / case
+    stats = args.out_root / f"{case}.stats.json"
+    cmd = build_command(args, case, out, work, stats)
+    res = CaseResult(case=case, runtime=args.runtime, fuse=bool(args.fuse and args.runtime ==
+                                                                "deploy"),
+                     command=shlex.join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c
+                                        for c in cmd),
+                     started=_dt.datetime.now(_dt.timezone.utc).strftime("%H:%M:%S"))
+    for p in (out, work):
+        shutil.rmtree(p, ignore_errors=True)
+    stats.unlink(missing_ok=True)
+    args.out_root.mkdir(parents=True, exist_ok=True)
+    fg = free_gb(args.out_root)
+    if fg < args.min_free_gb:
+        res.status = f"disk: {fg:.1f} GB free < {args.min_free_gb} GB"
+        return res
+    log_path = args.out_root / f"{case}.log"
+    console.print(f"[bold]{case}[/]: {res.command}")
+    peak = 0
+    t0 = time.perf_counter()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, "COLUMNS": "250"})
+        killed = None
+        last_print = t0
+        last_mem = t0 - 1e9
+        rss = 0
+        loads = []
+        while True:
+            try:
+                proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.perf_counter()
+            loads.append(os.getloadavg()[0])
+            if now - last_mem >= args.mem_every:
+                rss, _ = tree_rss(proc.pid)
+                peak = max(peak, rss)
+                last_mem = time.perf_counter()
+            if now - t0 > args.timeout:
+                killed = "timeout"
+            elif free_gb(args.out_root) < args.min_free_gb:
+                killed = "disk"
+            if killed:
+                if args.runtime == "deploy":
+                    res.progress, res.top_nodes = _progress(_status_doc(work), args.runtime,
+                                                           len(case_files(case)))
+                res.wall_s = now - t0
+                _kill_tree(proc)
+                break
+            if now - last_print >= args.print_every:
+                last_print = now
+                doc = _status_doc(work) if args.runtime == "deploy" else {}
+                prog, _ = _progress(doc, args.runtime) if doc else ({}, [])
+                src = prog.get("source_rows")
+                console.print(f"  {case}: {now - t0:7.0f} s, tree PSS {rss / 2**30:.1f} GiB"
+                              + (f", source rows {src:,}" if src is not None else "")
+                              + f", free disk {free_gb(args.out_root):.1f} GB")
+    if res.wall_s is None:
+        res.wall_s = time.perf_counter() - t0
+    res.rc = proc.returncode
+    res.peak_rss = peak or None
+    res.load = float(np.mean(loads)) if loads else None
+    if killed == "timeout":
+        res.status = f"timeout ({args.timeout:.0f} s)"
+    elif killed == "disk":
+        res.status = f"killed: free disk < {args.min_free_gb} GB"
+    elif proc.returncode == 0:
+        res.status = "ok"
+    else:
+        res.status = f"failed (rc {proc.returncode})"
+    if args.runtime == "deploy" and not res.top_nodes:
+        res.progress, res.top_nodes = _progress(_status_doc(work), args.runtime,
+                                                           len(case_files(case)))
+    if res.status == "ok":
+        res.game_done = int(args.game_starts.size)
+    elif res.progress.get("min_sink_watermark") is not None:
+        res.game_done = game_done(args.game_starts, res.progress["min_sink_watermark"])
+    elif res.progress.get("sinks_without_watermark"):
+        res.game_done = 0    # a sink had not read anything yet
+    elif args.runtime == "run":
+        res.top_nodes = _run_stats_top(stats)
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, log_path.stat().st_size - 4000))
+            tail = f.read().decode(errors="replace").splitlines()
+        res.log_tail = "\n".join(ln for ln in tail if "WARN" not in ln)[-1500:]
+        with open(log_path, "rb") as f:
+            errs = [ln.decode(errors="replace").strip() for ln in f
+                    if ln.lower().startswith((b"error:", b"epicerror", b"nodefailure"))]
+        if errs and res.status.startswith("failed"):
+            res.status += ": " + errs[-1][:160]
+    except OSError:
+        pass
+    # per-stream rows and delays (also of a killed run: what it wrote so far)
+    console.print(f"  {case}: {res.status} after {res.wall_s:.1f} s; reading delay columns")
+    streams = []
+    for fname in case_files(case):
+        sd = read_delays(out / fname, OUTPUT_FILES[fname][0], args.delay_max_values)
+        streams.append(asdict(sd))
+    res.streams = streams
+    res.rows_out = sum(s["rows"] or 0 for s in streams)
+    res.out_bytes = sum(s["bytes"] or 0 for s in streams)
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return res
+
+
+def case_missed(r: CaseResult, target_s: float) -> str | None:
+    """Why a case misses its target (None: it does not)."""
+    if r.status != "ok":
+        return r.status
+    if r.case == "all" and r.wall_s is not None and r.wall_s > target_s:
+        return f"{r.wall_s:.0f} s > {target_s:.0f} s target ({r.wall_s / target_s:.2f}x)"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# reporting
+
+def _case_row(r: CaseResult, target_s: float):
+    eps = r.events_per_s
+    xrt = r.x_real_time
+    wall = "-" if r.wall_s is None else f"{r.wall_s:,.1f}"
+    if r.status != "ok" and r.wall_s is not None:
+        wall = f">{r.wall_s:,.0f}" if r.status.startswith(("timeout", "killed")) else wall
+    miss = case_missed(r, target_s)
+    verdict = "ok" if miss is None else "MISSED"
+    if r.case == "all" and miss is None:
+        verdict = f"ok (<= {target_s:.0f} s)"
+    mode = r.runtime + (" --fuse" if r.fuse else "")
+    return [r.case, mode, fmt_num(r.input_rows), wall,
+            "-" if eps is None else ("<" if r.status != "ok" else "") + fmt_num(eps),
+            "-" if xrt is None else ("~" if r.status != "ok" else "") + f"{xrt:.2f}",
+            "-" if r.game_done is None else fmt_num(r.game_done),
+            "-" if r.est_total_s is None else f"~{r.est_total_s:,.0f}",
+            "-" if r.peak_rss is None else f"{r.peak_rss / 2**30:.1f}",
+            fmt_num(r.rows_out), "-" if r.load is None else f"{r.load:.1f}", r.status, verdict]
+
+
+CASE_COLS = ["case", "runtime", "input rows", "wall s", "events/s", "x real time",
+             "game s done", "est. total s", "peak PSS GiB", "rows out", "load", "status",
+             "target"]
+DELAY_COLS = ["stream", "query", "rows", "p50 ms", "p99 ms", "max ms", "sampled"]
+
+
+def _delay_row(s: dict):
+    return [s["stream"], s["query"], fmt_num(s["rows"]), fmt_num(s["p50_ms"], 1),
+            fmt_num(s["p99_ms"], 1), fmt_num(s["max_ms"], 1),
+            s["sampled"] + (f" ({s['error']})" if s.get("error") else "")]
+
+
+def _floor_row(fl: dict):
+    return ["floor: pyarrow parse", "pyarrow.csv.open_csv", fmt_num(fl["rows"]),
+            f"{fl['wall_s']:,.1f}", fmt_num(fl["rows_per_s"]),
+            "-" if not fl.get("x_real_time") else f"{fl['x_real_time']:.1f}", "-", "-", "-", "-",
+            "-" if fl.get("load") is None else f"{fl['load']:.1f}", "ok", ""]
+
+
+def print_tables(console, results: dict) -> None:
+    from rich.table import Table
+
+    target = results["target_seconds"]
+    t = Table(title=f"DEBS 2013 benchmark: {results['input']} ({results['game_s']} game s)",
+              title_justify="left")
+    for c in CASE_COLS:
+        t.add_column(c, justify="left" if c in ("case", "runtime", "status", "target") else "right")
+    for r in results["cases"]:
+        t.add_row(*_case_row(CaseResult(**r), target))
+    if results.get("floor"):
+        t.add_row(*_floor_row(results["floor"]))
+    console.print(t)
+    dc = delay_case(results)
+    if dc is not None:
+        d = Table(title=f"Delays per output stream, case {dc['case']} ({dc['status']})",
+                  title_justify="left")
+        for c in DELAY_COLS:
+            d.add_column(c, justify="left" if c in ("stream", "query", "sampled") else "right")
+        for s in dc["streams"]:
+            d.add_row(*_delay_row(s))
+        console.print(d)
+    if results.get("not_run"):
+        console.print("not run (budget used up): " + ", ".join(results["not_run"]))
+    for r in results["cases"]:
+        if r.get("top_nodes"):
+            what = ("queries (sum of micro-batch durations with rows)" if r["runtime"] == "deploy"
+                    else "nodes (seconds inside the node)")
+            console.print(f"{r['case']}: busiest {what}: "
+                          + "; ".join(f"{n} {ms / 1000:,.1f} s" for n, ms, _ in r["top_nodes"][:4]))
+        if r.get("progress", {}).get("source_rows") is not None and r["status"] != "ok":
+            console.print(f"{r['case']}: when it stopped the source had read "
+                          f"{r['progress']['source_rows']:,} of {fmt_num(results['input_rows'])} "
+                          "rows")
+
+
+def delay_case(results: dict) -> dict | None:
+    """The case whose delays the second table shows: ``all`` if it ran, else the first one run."""
+    cases = [r for r in results["cases"] if r.get("streams")]
+    for r in cases:
+        if r["case"] == "all":
+            return r
+    return cases[0] if cases else None
+
+
+def md_table(cols, rows) -> str:
+    right = [c not in ("case", "runtime", "status", "target", "stream", "query", "sampled")
+             for c in cols]
+    out = ["| " + " | ".join(cols) + " |",
+           "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+    out += ["| " + " | ".join(str(v).replace("|", "/") for v in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def plot(results: dict, img_dir: Path) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    cases = [r for r in results["cases"] if r.get("wall_s") is not None]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = [r["case"] for r in cases]
+    walls = [r["wall_s"] for r in cases]
+    eps = [results["input_rows"] / r["wall_s"] if r["wall_s"] else 0 for r in cases]
+    colors = ["tab:blue" if r["status"] == "ok" else "tab:red" for r in cases]
+    fl = results.get("floor")
+    if fl:
+        names.append("pyarrow\nparse")
+        walls.append(fl["wall_s"])
+        eps.append(fl["rows_per_s"])
+        colors.append("tab:gray")
+    ax1.bar(names, [w / 60 for w in walls], color=colors)
+    ax1.axhline(results["target_seconds"] / 60, color="k", ls="--", lw=1,
+                label=f"target for all: {results['target_seconds'] / 60:.0f} min")
+    est_label = "linear estimate of a killed run's total"
+    for i, r in enumerate(cases):
+        if r["status"] != "ok":
+            est = CaseResult(**r).est_total_s
+            top = r["wall_s"]
+            if est is not None and est > r["wall_s"]:
+                ax1.bar([i], [est / 60], fill=False, edgecolor="tab:red", ls="--",
+                        label=est_label)
+                est_label = None
+                top = est
+            ax1.text(i, top / 60, r["status"].split(" ")[0].rstrip(":"), ha="center",
+                     va="bottom", fontsize=8, color="tab:red")
+    ax1.set_ylabel("wall time, min")
+    ax1.set_title("wall time per case (red: killed / failed, a lower bound)")
+    ax1.legend(fontsize=8)
+    ax2.bar(names, eps, color=colors)
+    ax2.axhline(REAL_TIME_RATE, color="k", ls="--", lw=1, label="real time: 15 K events/s")
+    ax2.set_yscale("log")
+    ax2.set_ylabel("input events / s")
+    ax2.set_title("throughput (like EPIC paper fig. 5)")
+    ax2.legend(fontsize=8)
+    fig.suptitle(f"DEBS 2013, {results['input_rows']:,} input rows, "
+                 f"{results['runtime_label']}, {results['date']}", fontsize=10)
+    fig.tight_layout()
+    p = img_dir / "debs_throughput.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+
+    dc = delay_case(results)
+    if dc is not None:
+        ss = [s for s in dc["streams"] if s.get("p50_ms") is not None]
+        fig, ax = plt.subplots(figsize=(11, 4.2))
+        x = np.arange(len(ss))
+        ax.bar(x - 0.2, [s["p50_ms"] / 1000 for s in ss], 0.4, label="p50")
+        ax.bar(x + 0.2, [s["p99_ms"] / 1000 for s in ss], 0.4, label="p99")
+        ax.set_xticks(x, [s["stream"].removesuffix(".csv") for s in ss], rotation=45, ha="right",
+                      fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("delay (write - entry), s")
+        ax.set_title(f"delay per output stream, case {dc['case']} ({dc['status']}; "
+                     "like EPIC paper fig. 6)")
+        ax.legend()
+        fig.tight_layout()
+        p = img_dir / "debs_delays.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def docs_section(results: dict, notes: str) -> str:
+    target = results["target_seconds"]
+    rows = [_case_row(CaseResult(**r), target) for r in results["cases"]]
+    if results.get("floor"):
+        rows.append(_floor_row(results["floor"]))
+    lines = [DOC_BEGIN, "## DEBS 2013 benchmark (scripts/bench_debs.py)", "",
+             "Generated by `scripts/bench_debs.py --write-docs` (tables and plots); edit the script"
+             " or its `--notes` file, not this section.", "",
+             "```", results["argv"], "```", "",
+             f"Run {results['date']} on {results['machine']}; load average (uptime) at the start "
+             f"`{results['load_start']}`, at the end `{results['load_end']}` (the machine was "
+             "shared with other engineers' CPU-heavy jobs, so wall times are upper bounds for a "
+             "quiet machine).", "",
+             f"Input `{results['input']}`: {fmt_num(results['input_rows'])} rows, "
+             f"{results['input_bytes'] / 1e9:.2f} GB, {results['game_s']} game seconds (seconds "
+             "of the two halves with data). Each case runs the DEBS topology as a subprocess with "
+             "`--delays`; wall s is the whole command (Spark/JVM start included); events/s = input "
+             "rows / wall s (the real-time rate is 15,000/s); x real time = game s / wall s; load = mean 1-min load average during the run (2 cores); peak "
+             "PSS = sum of the proportional set size over the `epic` process and all its descendants (JVM, Python "
+             f"workers), sampled every {results.get('mem_every', 5):g} s. A killed run's wall s and events/s are bounds (`>`, "
+             "`<`), its rows out are what it wrote before the kill, `game s done` is the game "
+             "seconds behind its slowest sink's input watermark at the kill, its x real time "
+             "(`~`) is game s done / wall s and `est. total s` extrapolates that rate linearly "
+             "to the whole game (optimistic where a window's cost grows with time, e.g. the "
+             "landmark heat map).", "",
+             md_table(CASE_COLS, rows), ""]
+    verdicts = []
+    for r in results["cases"]:
+        miss = case_missed(CaseResult(**r), target)
+        if r["case"] == "all":
+            verdicts.append("**All four queries: " + (
+                f"target met** ({r['wall_s']:.0f} s <= {target:.0f} s)." if miss is None
+                else f"target ({target:.0f} s) MISSED**: {miss}."))
+        elif miss is not None:
+            verdicts.append(f"{r['case']}: {miss}.")
+    if not any(r["case"] == "all" for r in results["cases"]):
+        verdicts.append("**The all-queries case was not run.**")
+    not_run = [c for c in CASES if c not in [r["case"] for r in results["cases"]]]
+    if results.get("not_run"):
+        verdicts.append("Not run for lack of time (`--budget`): " + ", ".join(results["not_run"])
+                        + ".")
+        not_run = [c for c in not_run if c not in results["not_run"]]
+    if not_run:
+        verdicts.append("Not run: " + ", ".join(not_run) + ".")
+    lines += [" ".join(verdicts), ""]
+    for r in results["cases"]:
+        prog = r.get("progress") or {}
+        if r["status"] != "ok" and prog.get("source_rows") is not None:
+            when = "at the kill" if r["status"].startswith(("timeout", "killed")) else \
+                "when it failed"
+            lines.append(f"- `{r['case']}` {when}: the source had read "
+                         f"{prog['source_rows']:,} of {fmt_num(results['input_rows'])} input rows"
+                         + (f"; slowest sink's watermark at game time "
+                            f"{game_clock(int(prog['min_sink_watermark']))}"
+                            if prog.get("min_sink_watermark") else "") + ".")
+        if r.get("top_nodes"):
+            lines.append(f"- `{r['case']}` busiest "
+                         + ("queries (sum of micro-batch durations with rows): "
+                            if r["runtime"] == "deploy" else "nodes (seconds inside the node): ")
+                         + "; ".join(f"`{n}` {ms / 1000:,.1f} s" for n, ms, _ in
+                                     r["top_nodes"][:4]) + ".")
+    lines.append("")
+    dc = delay_case(results)
+    if dc is not None:
+        lines += [f"Delay per output stream (`write_time - entry_time`, spec section 9), case "
+                  f"`{dc['case']}` ({dc['status']}); percentiles over all rows, or every k-th "
+                  "row where `sampled` says 1/k:", "",
+                  md_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]]), ""]
+    lines += ["![wall time and events/s per case](img/debs_throughput.png)", "",
+              "![p50 / p99 delay per output stream](img/debs_delays.png)", ""]
+    if notes:
+        lines += [notes.rstrip(), ""]
+    lines.append(DOC_END)
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(results: dict, notes: str, doc_path: Path) -> None:
+    text = doc_path.read_text()
+    section = docs_section(results, notes)
+    if DOC_BEGIN in text and DOC_END in text:
+        a = text.index(DOC_BEGIN)
+        b = text.index(DOC_END) + len(DOC_END)
+        text = text[:a] + section.rstrip("\n") + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    doc_path.write_text(text)
+
+
+# ------------------------------------------------------------------------------------------------
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--input", type=Path, default=Path("data/full-game"),
+                    help="game CSV (default data/full-game; generated when missing)")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="use a short generated game (minutes per half, seed 1) instead")
+    ap.add_argument("--runtime", choices=("deploy", "run"), default="deploy")
+    ap.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=True,
+                    help="epic deploy --fuse (default on)")
+    ap.add_argument("--cases", default="q1,q2,q3,q4,all",
+                    help="comma list, run in this order; NAME:SECONDS sets that case's timeout")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run (then killed)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="total seconds for all runs: a run's timeout is cut to what is left, and "
+                         "cases not started when it is used up are reported as not run")
+    ap.add_argument("--target-seconds", type=float, default=600.0, help="target of the all case")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="update docs/performance.md's section and docs/img/debs_*.png")
+    ap.add_argument("--notes", type=Path, default=None, help="markdown appended to the section")
+    ap.add_argument("--keep", action="store_true", help="keep outputs and work directories")
+    ap.add_argument("--out-root", type=Path, default=Path("out/bench_debs"))
+    ap.add_argument("--work-root", type=Path, default=Path("work/bench_debs"))
+    ap.add_argument("--min-free-gb", type=float, default=4.0,
+                    help="refuse to start / kill a run when free disk is below this")
+    ap.add_argument("--delay-max-values", type=int, default=20_000_000,
+                    help="per stream; above it percentiles use every k-th row")
+    ap.add_argument("--no-floor", dest="floor", action="store_false")
+    ap.add_argument("--mem-every", type=float, default=5.0,
+                    help="seconds between memory samples of the process tree (PSS reads cost "
+                         "CPU: ~0.1 s per GB-sized process)")
+    ap.add_argument("--print-every", type=float, default=60.0, help="progress line period, s")
+    ap.add_argument("--from-json", type=Path, default=None,
+                    help="re-print (and with --write-docs re-render) a results.json; run nothing")
+    args = ap.parse_args(argv)
+    if not sys.stdout.isatty():
+        sys.stdout.reconfigure(line_buffering=True)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+
+    if args.from_json is not None:
+        results = json.loads(args.from_json.read_text())
+        print_tables(console, results)
+    else:
+        try:
+            cases = parse_cases(args.cases)
+        except ValueError as e:
+            console.print(f"[red]{e}[/]")
+            return 2
+        if args.minutes is not None:
+            args.input = Path(f"data/bench-{args.minutes:g}min.csv")
+        args.input = args.input if args.input.is_absolute() else ROOT / args.input
+        args.out_root = args.out_root if args.out_root.is_absolute() else ROOT / args.out_root
+        args.work_root = args.work_root if args.work_root.is_absolute() else ROOT / args.work_root
+        if not args.input.is_file():
+            gen = [str(ROOT / ".venv/bin/epic"), "debs", "generate", "--out", str(args.input)]
+            if args.minutes is not None:
+                gen += ["--minutes", f"{args.minutes:g}", "--seed", "1"]
+            elif args.input != ROOT / "data/full-game":
+                console.print(f"[red]{args.input}: no such file[/]")
+                return 2
+            console.print(f"generating {args.input}: {shlex.join(gen)}")
+            if subprocess.run(gen, cwd=ROOT).returncode != 0:
+                console.print("[red]generating the game failed[/]")
+                return 2
+        fg = free_gb(args.out_root)
+        console.print(f"free disk at {args.out_root}: {fg:.1f} GB (runs are killed below "
+                      f"{args.min_free_gb} GB)")
+        if fg < args.min_free_gb + 1:
+            console.print(f"[red]too little free disk ({fg:.1f} GB) for the outputs; free some or "
+                          "lower --min-free-gb[/]")
+            return 2
+        load_start = _uptime()
+        console.print(f"load: {load_start}")
+        results = {
+            "argv": "scripts/bench_debs.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{os.cpu_count()}-CPU {platform.machine()} VM, Python "
+                       f"{platform.python_version()}, pyarrow {pa.__version__}",
+            "load_start": load_start, "input": os.path.relpath(args.input, ROOT),
+            "input_bytes": args.input.stat().st_size, "target_seconds": args.target_seconds,
+            "runtime_label": args.runtime + (" --fuse" if args.fuse and args.runtime == "deploy"
+                                             else ""),
+            "cases": [], "mem_every": args.mem_every,
+        }
+        if args.floor:
+            console.print("floor: pyarrow streaming parse ...")
+            results["floor"] = floor_parse(args.input)
+            results["floor"]["load"] = os.getloadavg()[0]
+            results["input_rows"] = results["floor"]["rows"]
+        else:
+            results["input_rows"] = None
+        args.game_starts = scan_game_seconds(args.input)
+        results["game_s"] = int(args.game_starts.size)
+        if results.get("floor") and results["game_s"]:
+            results["floor"]["x_real_time"] = results["game_s"] / results["floor"]["wall_s"]
+        if results["input_rows"] is None:
+            with open(args.input, "rb") as f:
+                results["input_rows"] = sum(buf.count(b"\n") for buf in
+                                            iter(lambda: f.read(1 << 24), b""))
+        console.print(f"input: {results['input_rows']:,} rows, {results['game_s']} game s")
+        args.out_root.mkdir(parents=True, exist_ok=True)
+        json_path = args.out_root / "results.json"
+        t_start = time.perf_counter()
+        full_timeout = args.timeout
+        per_case = case_timeouts(args.cases)
+        for case in cases:
+            args.timeout = per_case.get(case, full_timeout)
+            if args.budget is not None:
+                left = args.budget - (time.perf_counter() - t_start)
+                if left < 60:
+                    console.print(f"[yellow]{case}: not run (budget of {args.budget:.0f} s used "
+                                  "up)[/]")
+                    results.setdefault("not_run", []).append(case)
+                    continue
+                args.timeout = min(args.timeout, left)
+            r = run_case(args, case, console)
+            r.input_rows = results["input_rows"]
+            r.game_s = results["game_s"]
+            results["cases"].append(asdict(r))
+            results["load_end"] = _uptime()
+            json_path.write_text(json.dumps(results, indent=1, default=str))
+            if r.status.startswith("failed") and r.log_tail:
+                console.print(f"[red]{case} log tail:[/]\n{r.log_tail[-600:]}")
+        results["load_end"] = _uptime()
+        json_path.write_text(json.dumps(results, indent=1, default=str))
+        console.print(f"results: {os.path.relpath(json_path, ROOT)}")
+        print_tables(console, results)
+
+    if args.write_docs:
+        notes = args.notes.read_text() if args.notes else ""
+        for p in plot(results, ROOT / "docs" / "img"):
+            console.print(f"wrote {os.path.relpath(p, ROOT)}")
+        write_docs(results, notes, ROOT / "docs" / "performance.md")
+        console.print("updated docs/performance.md (section between bench_debs markers)")
+
+    misses = [(r["case"], case_missed(CaseResult(**r), results["target_seconds"]))
+              for r in results["cases"]]
+    misses = [(c, m) for c, m in misses if m is not None]
+    misses += [(c, "not run (budget used up)") for c in results.get("not_run", [])]
+    if not any(r["case"] == "all" for r in results["cases"]):
+        console.print("[yellow]the all-queries case was not run: its target is not checked[/]")
+    if misses:
+        for c, m in misses:
+            console.print(f"[red]MISSED[/] {c}: {m}")
+        return 1
+    console.print("all targets met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

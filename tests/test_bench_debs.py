@@ -1,0 +1,122 @@
+"""Pure helpers of scripts/bench_debs.py (no Spark, no subprocess)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_debs", ROOT / "scripts" / "bench_debs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_debs"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bd = _load()
+PS = 10**12
+
+
+def test_cases_and_files():
+    assert bd.parse_cases(" q1, all ,q1") == ["q1", "all"]
+    with pytest.raises(ValueError):
+        bd.parse_cases("q5")
+    with pytest.raises(ValueError):
+        bd.parse_cases(" , ")
+    assert bd.case_queries("all") == ["q1", "q2", "q3", "q4"]
+    assert bd.case_files("q4") == ["q4.csv"]
+    assert len(bd.case_files("q1")) == 5 and len(bd.case_files("q3")) == 4
+    assert len(bd.case_files("all")) == 15
+
+
+def test_game_seconds_counts_seconds_of_the_halves_with_data():
+    h1, h2 = bd.HALF_STARTS
+    ts = np.concatenate([
+        np.arange(h1 - 100 * PS, h1 + 30 * PS, PS // 7),    # 100 s before kick-off: not counted
+        np.arange(h2, h2 + 30 * PS, PS // 3),               # a 30 s second half
+    ]).astype(np.int64)
+    assert bd.game_seconds(ts) == 60
+    assert bd.game_seconds(np.zeros(0, dtype=np.int64)) == 0
+
+
+def test_percentiles_and_stride():
+    p50, p99 = bd.percentiles_ms(np.arange(1, 101, dtype=np.int64) * 1_000_000)
+    assert p50 == pytest.approx(50.5) and p99 == pytest.approx(99.01)
+    assert bd.percentiles_ms(np.zeros(0, dtype=np.int64)) == [None, None]
+    assert bd.sample_stride(10, 100) == 1
+    assert bd.sample_stride(1000, 100) == 10
+    assert bd.sample_stride(1001, 100) == 11
+
+
+def test_tree_pids_and_formatting():
+    parents = {1: 0, 10: 1, 11: 10, 12: 11, 20: 1, 21: 20}
+    assert bd.tree_pids(10, parents) == {10, 11, 12}
+    assert bd.fmt_num(1234567) == "1,234,567" and bd.fmt_num(None) == "-"
+    assert bd.game_clock(bd.HALF_STARTS[1] + 754 * PS) == "half 2 +12:34"
+
+
+def test_read_delays_streaming_and_sampled(tmp_path):
+    f = tmp_path / "q4.csv"
+    n = 1000
+    entry = np.arange(n, dtype=np.int64) * 10
+    write = entry + np.arange(n, dtype=np.int64) * 1_000_000   # delay i ms
+    lines = ["entry_time,write_time,ts,player_id"] + [
+        f"{e},{w},{i},\"p,{i}\"" for i, (e, w) in enumerate(zip(entry, write))]
+    f.write_text("\n".join(lines) + "\n")
+    sd = bd.read_delays(f, "q4", max_values=0)
+    assert sd.rows == n and sd.sampled == "all"
+    assert sd.p50_ms == pytest.approx(499.5) and sd.max_ms == pytest.approx(999.0)
+    sd = bd.read_delays(f, "q4", max_values=100)
+    assert sd.rows == n and sd.sampled.startswith("1/") and sd.max_ms == pytest.approx(999.0)
+    assert 400 < sd.p50_ms < 600
+    assert bd.read_delays(tmp_path / "none.csv", "q4", 10).error == "missing"
+
+
+def test_docs_section_replaces_only_its_own_part(tmp_path):
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\nother text\n")
+    results = {
+        "argv": "scripts/bench_debs.py --cases all", "date": "d", "machine": "m",
+        "load_start": "l", "load_end": "l", "input": "g.csv", "input_bytes": 10**9,
+        "input_rows": 1000, "game_s": 60, "target_seconds": 600.0, "runtime_label": "deploy",
+        "floor": {"rows": 1000, "wall_s": 0.5, "rows_per_s": 2000.0, "x_real_time": 120.0},
+        "cases": [dict(case="all", runtime="deploy", fuse=True, command="c", status="ok", rc=0,
+                       wall_s=700.0, input_rows=1000, game_s=60, game_done=60, peak_rss=2**30, rows_out=5,
+                       out_bytes=100, progress={}, top_nodes=[["q", 1000, 5]],
+                       streams=[dict(stream="q4.csv", query="q4", rows=5, sampled="all",
+                                     p50_ms=1.0, p99_ms=2.0, max_ms=3.0, bytes=100, read_s=0.1,
+                                     error=None)],
+                       log_tail="", started="")],
+    }
+    bd.write_docs(results, "", doc)
+    text = doc.read_text()
+    assert text.startswith("# Performance\n\nother text\n")
+    assert "MISSED" in text and "700 s > 600 s" in text
+    results["cases"][0]["wall_s"] = 500.0
+    bd.write_docs(results, "note", doc)
+    text2 = doc.read_text()
+    assert text2.count(bd.DOC_BEGIN) == 1 and "target met" in text2 and "note" in text2
+    assert text2.startswith("# Performance\n\nother text\n")
+
+
+def test_game_done_counts_whole_seconds_before_the_watermark():
+    h1, h2 = bd.HALF_STARTS
+    starts = np.array([h1 + i * PS for i in range(10)] + [h2 + i * PS for i in range(5)],
+                      dtype=np.int64)
+    assert bd.game_done(starts, None) is None
+    assert bd.game_done(starts, h1) == 0
+    assert bd.game_done(starts, h1 + 3 * PS + 1) == 3
+    assert bd.game_done(starts, h2 + 2 * PS) == 12
+    r = bd.CaseResult(case="all", runtime="deploy", fuse=True, command="c", status="timeout",
+                      wall_s=100.0, game_s=15, game_done=5)
+    assert r.x_real_time == pytest.approx(0.05) and r.est_total_s == pytest.approx(300.0)
+
+
+def test_case_timeouts():
+    assert bd.parse_cases("all:1200, q4:300,q1") == ["all", "q4", "q1"]
+    assert bd.case_timeouts("all:1200, q4:300,q1") == {"all": 1200.0, "q4": 300.0}
