@@ -51,7 +51,8 @@ from epic import serde
 from epic.errors import SpecError, StateError
 
 __all__ = ["DebsOptions", "build_topology", "OUTPUT_FILES", "Q3_OUT_SCHEMA", "ListingOne",
-           "GameState", "q3_all_grids", "q3_all_grids_chunked", "q3_out_schema", "data_span",
+           "GameState", "PlayClock", "ToPlayTime", "WindowToEvent", "Then", "q3_all_grids",
+           "q3_all_grids_chunked", "q3_out_schema", "data_span",
            "grid_name", "QUERIES"]
 
 QUERIES = ("q1", "q2", "q3", "q4")
@@ -109,6 +110,11 @@ class DebsOptions:
             without data). The real game starts 124 s before the first marker, so nothing
             changes there.
         batch_rows: rows per input batch.
+        window_time: ``"event"``: the windows of Q1, Q2 (team) and Q3 run on raw event time, so
+            they keep emitting through the half-time break (default, as EPIC); ``"play"``: on play
+            time, the break cut out (spec §10.11): a 5-minute window just after the second
+            kick-off also holds the end of the first half, nothing is emitted during the break,
+            and output ``ts`` values are still event times (:class:`PlayClock`).
         q1, q2, q3, q4: the queries' switches (:mod:`debs2013.config`).
     """
 
@@ -127,6 +133,7 @@ class DebsOptions:
     q3_interruptions: str = "ignore"
     trim_markers: bool = True
     batch_rows: int = 1 << 16
+    window_time: str = "event"
     q1: Q1Config = field(default_factory=Q1Config)
     q2: Q2Config = field(default_factory=Q2Config)
     q3: Q3Config = field(default_factory=Q3Config)
@@ -137,13 +144,123 @@ class DebsOptions:
                 ("clock", self.clock, ("A", "B", "C")),
                 ("scope", self.scope, ("halves", "all")),
                 ("q1_interruptions", self.q1_interruptions, ("ignore", "drop")),
-                ("q3_interruptions", self.q3_interruptions, ("ignore", "drop"))):
+                ("q3_interruptions", self.q3_interruptions, ("ignore", "drop")),
+                ("window_time", self.window_time, ("event", "play"))):
             if value not in allowed:
                 raise SpecError(f"debs2013: {name}={value!r}; use one of {', '.join(allowed)}")
         bad = [q for q in self.queries if q not in QUERIES]
         if bad or not self.queries:
             raise SpecError(f"debs2013: queries={','.join(self.queries)!r}; name some of "
                             f"{', '.join(QUERIES)}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Play time (spec §10.11): windows that skip the half-time break
+
+
+@dataclass(frozen=True)
+class PlayClock:
+    """Event time <-> play time: the break between the halves cut out.
+
+    ``gap`` is the break ``second_start - first_end`` rounded down to a whole multiple of
+    ``period`` (every emission period divides it), so the emission instants after the break stay on
+    the kick-off grid of event time. Play time is event time up to the end of the first half, any
+    time in the break counts as the end of the first half, and the second half is moved back by
+    ``gap``. The map is monotone, so watermarks map too. Back to event time: instants after
+    ``first_end`` move forward by ``gap``.
+
+    Example:
+        >>> c = PlayClock(first_end=100, second_start=130, gap=30)
+        >>> c.to_play(np.array([90, 100, 115, 130, 140])).tolist()
+        [90, 100, 100, 100, 110]
+        >>> c.to_event(np.array([90, 100, 101, 110])).tolist()
+        [90, 100, 131, 140]
+    """
+
+    first_end: int = C.FIRST_HALF_END
+    second_start: int = C.SECOND_HALF_START
+    gap: int = 0
+
+    @classmethod
+    def for_periods(cls, *periods: int) -> "PlayClock":
+        import math
+        step = math.lcm(*periods)
+        brk = C.SECOND_HALF_START - C.FIRST_HALF_END
+        return cls(C.FIRST_HALF_END, C.SECOND_HALF_START, brk // step * step)
+
+    def to_play(self, ts: np.ndarray) -> np.ndarray:
+        return np.where(ts >= self.second_start, ts - self.gap, np.minimum(ts, self.first_end))
+
+    def to_play_int(self, t: int) -> int:
+        return t - self.gap if t >= self.second_start else min(t, self.first_end)
+
+    def to_event(self, ts: np.ndarray) -> np.ndarray:
+        return np.where(ts > self.first_end, ts + self.gap, ts)
+
+
+class ToPlayTime:
+    """Operator: re-stamp ``ts`` from event time to play time (:class:`PlayClock`).
+
+    Its watermark hold is the play time of the input watermark, so windows downstream see play
+    time in rows and watermarks alike.
+    """
+
+    def __init__(self, clock: PlayClock, schema: pa.Schema):
+        self.clock = clock
+        self.output_schema = schema
+        self._wm: int | None = None
+
+    @property
+    def output_watermark(self) -> int:
+        # Nothing older than play(input watermark) can come; before any watermark, hold all.
+        return self.clock.to_play_int(self._wm) if self._wm is not None else -(2**62)
+
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        i = batch.schema.get_field_index("ts")
+        ts = batch.column(i).to_numpy(zero_copy_only=False).astype(np.int64)
+        return [batch.set_column(i, batch.schema.field(i), pa.array(self.clock.to_play(ts)))]
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        if self._wm is None or watermark > self._wm:
+            self._wm = int(watermark)
+        return []
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return []
+
+    def snapshot(self) -> bytes:
+        return serde.packb({"format": "debs2013.to_play/1", "wm": self._wm})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "debs2013.to_play/1":
+            raise StateError("not a ToPlayTime snapshot (format debs2013.to_play/1)")
+        self._wm = st["wm"]
+
+
+@dataclass(frozen=True)
+class WindowToEvent:
+    """Map: a window node's ``window_start`` / ``window_end`` from play time back to event time."""
+
+    clock: PlayClock
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        for name in ("window_start", "window_end"):
+            i = batch.schema.get_field_index(name)
+            t = batch.column(i).to_numpy(zero_copy_only=False).astype(np.int64)
+            batch = batch.set_column(i, batch.schema.field(i), pa.array(self.clock.to_event(t)))
+        return batch
+
+
+@dataclass(frozen=True)
+class Then:
+    """Map: ``second(first(batch))`` (both picklable, so the composition is too)."""
+
+    first: object
+    second: object
+
+    def __call__(self, batch: pa.RecordBatch):
+        return self.second(self.first(batch))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -503,6 +620,19 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
     q2cfg = _with_origin(opts.q2, origin)
     q3cfg = _with_origin(opts.q3, origin)
     wanted = set(opts.queries)
+    clock = (PlayClock.for_periods(q1cfg.emit_period_ps, q2cfg.team_period_ps, q3cfg.period_ps)
+             if opts.window_time == "play" else None)
+
+    def play(name: str, stream: epic.Stream) -> epic.Stream:
+        """``stream`` on play time (window_time="play"), else as it is."""
+        if clock is None:
+            return stream
+        return t.process(name, stream, functools.partial(ToPlayTime, clock, stream.schema),
+                         schema=stream.schema)
+
+    def to_event(fn):
+        """A window-rows function that first maps the window bounds back to event time."""
+        return fn if clock is None else Then(WindowToEvent(clock), fn)
 
     # -- readers and the DEBS splitter (figure 1) ---------------------------------------------
     mode = "lenient" if opts.lenient else "strict"
@@ -544,11 +674,13 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
                                                  "distance_nm"]]))
         sinks.add("q1a", q1a, Q1A_SCHEMA.names)
         stats = epic.AggSpec(RunningStats(), ("intensity_id", "time", "distance_nm"), "stats")
+        inc = play("q1_play_time", inc)
         for label, length in _Q1_WINDOWS:
             w = t.window(f"q1b_{label}_window", inc,
                          _window_spec(length, q1cfg.emit_period_ps, origin), key="player_id",
                          aggregates=[stats])
-            rows = t.map(f"q1b_{label}_rows", w, q1b_rows, schema=Q1B_SCHEMA, time="ts")
+            rows = t.map(f"q1b_{label}_rows", w, to_event(q1b_rows), schema=Q1B_SCHEMA,
+                         time="ts")
             sinks.add(f"q1b_{label}", rows, Q1B_SCHEMA.names)
 
     # -- Q2 / Q4: ball possession and shots on goal (figure 3) ------------------------------------
@@ -564,11 +696,12 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
             sinks.add("q2playerpossession", player, PLAYER_POSSESSION_SCHEMA.names)
             slices = t.map("q2_slice_end", slices0, AtSliceEnd(q2cfg.team_period_ps))
             share = epic.AggSpec(TeamShare(), ("time_a", "time_b"), "share")
+            slices = play("q2_play_time", slices)
             for label, length in _Q2_WINDOWS:
                 w = t.window(f"q2team_{label}_window", slices,
                              _window_spec(length, q2cfg.team_period_ps, origin),
                              aggregates=[share])
-                rows = t.map(f"q2team_{label}_rows", w, team_rows,
+                rows = t.map(f"q2team_{label}_rows", w, to_event(team_rows),
                              schema=TEAM_POSSESSION_SCHEMA, time="ts")
                 sinks.add(f"q2teampossession_{label}", rows, TEAM_POSSESSION_SCHEMA.names)
         if "q4" in wanted:
@@ -581,12 +714,13 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
                          functools.partial(HeatMapOperator, q3cfg, roster))
         heat = t.map("q3_slice_end", maps, AtSliceEnd(q3cfg.period_ps))
         hm = epic.AggSpec(HeatMap(q3cfg.base_grid), ("cells", "times"), "heat")
+        heat = play("q3_play_time", heat)
         for label, length in _Q3_WINDOWS:
             w = t.window(f"q3_{label}_window", heat,
                          _window_spec(length, q3cfg.period_ps, origin), key="player_id",
                          aggregates=[hm])
             rows = t.flat_map(f"q3_{label}_rows", w,
-                              functools.partial(q3_all_grids_chunked, config=q3cfg),
+                              to_event(functools.partial(q3_all_grids_chunked, config=q3cfg)),
                               schema=q3_out_schema(q3cfg), time="ts")
             sinks.add(f"q3_{label}", rows, Q3_OUT_SCHEMA.names)
     return t

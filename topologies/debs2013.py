@@ -46,6 +46,7 @@ scope = epic.param("scope", "halves", help="halves: drop rows outside the halves
 q1_interruptions = epic.param("q1_interruptions", "ignore", help="ignore | drop")
 q3_interruptions = epic.param("q3_interruptions", "ignore", help="ignore | drop")
 trim_markers = epic.param("trim_markers", True, help="drop markers outside the input's time span")
+window_time = epic.param("window_time", "event", help="event | play: windows skip half-time")
 # Q1
 q1_period = epic.param("q1_period", "0.02", help="q1 emission period, s (50 Hz; EPIC: 1)")
 q1_boundary = epic.param("q1_boundary", "le", help="speed on a class limit: le (lower) | lt")
@@ -85,6 +86,7 @@ topology = build_topology(DebsOptions(
     q3_interruptions=q3_interruptions,
     trim_markers=trim_markers,
     batch_rows=batch_rows,
+    window_time=window_time,
     q1=Q1Config(emit_period_ps=_ps(q1_period), boundary=q1_boundary, short_stretch=q1_short,
                 distance=q1_distance),
     q2=Q2Config(acc_inclusive=not hit_strict, distance_3d=not hit_2d, include_hands=hands,
