@@ -26,7 +26,7 @@ succeeds. A run killed at ``--timeout`` (or because free disk fell below ``--min
 as a miss. Exit 1 when a target is missed, 2 on a usage / environment error (missing input and no
 way to generate it, too little disk).
 
-    .venv/bin/python scripts/bench_debs.py                       # full game, all cases, fused deploy
+    .venv/bin/python scripts/bench_debs.py                  # full game, all cases, fused deploy
     .venv/bin/python scripts/bench_debs.py --minutes 0.5 --cases all   # quick check
     .venv/bin/python scripts/bench_debs.py --input data/slice6m.csv --runtime run --cases q1,all
     .venv/bin/python scripts/bench_debs.py --cases all --timeout 1800 --write-docs
@@ -656,15 +656,8 @@ def md_table(cols, rows) -> str:
     return "\n".join(out)
 
 
-def plot(results: dict, img_dir: Path) -> list[Path]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    img_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
+def _throughput_axes(results: dict, ax1, ax2) -> None:
     cases = [r for r in results["cases"] if r.get("wall_s") is not None]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     names = [r["case"] for r in cases]
     walls = [r["wall_s"] for r in cases]
     eps = [results["input_rows"] / r["wall_s"] if r["wall_s"] else 0 for r in cases]
@@ -690,46 +683,94 @@ def plot(results: dict, img_dir: Path) -> list[Path]:
                 top = est
             ax1.text(i, top / 60, r["status"].split(" ")[0].rstrip(":"), ha="center",
                      va="bottom", fontsize=8, color="tab:red")
+    label = (f"{results['input']}: {results['input_rows']:,} rows, {results['game_s']} game s, "
+             f"{results['runtime_label']}, {results['date']}")
     ax1.set_ylabel("wall time, min")
-    ax1.set_title("wall time per case (red: killed / failed, a lower bound)")
+    ax1.set_title(f"wall time (red: killed / failed)\n{label}", fontsize=9)
     ax1.legend(fontsize=8)
     ax2.bar(names, eps, color=colors)
     ax2.axhline(REAL_TIME_RATE, color="k", ls="--", lw=1, label="real time: 15 K events/s")
     ax2.set_yscale("log")
-    ax2.set_ylabel("input events / s")
-    ax2.set_title("throughput (like EPIC paper fig. 5)")
+    ax2.set_ylim(bottom=1000)
+    ax2.set_ylabel("input events / s (log)")
+    ax2.set_title(f"throughput (cf. EPIC paper fig. 5)\n{label}", fontsize=9)
     ax2.legend(fontsize=8)
-    fig.suptitle(f"DEBS 2013, {results['input_rows']:,} input rows, "
-                 f"{results['runtime_label']}, {results['date']}", fontsize=10)
+
+
+def plot(results: dict, img_dir: Path, extras: list[dict] = ()) -> list[Path]:
+    """``debs_throughput.png`` (one row per results set: the main run, then ``extras``) and
+    ``debs_delays.png`` (the first set with delay rows)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    sets = [results, *extras]
+    fig, axes = plt.subplots(len(sets), 2, figsize=(12, 4.4 * len(sets)), squeeze=False)
+    for res, (ax1, ax2) in zip(sets, axes):
+        _throughput_axes(res, ax1, ax2)
     fig.tight_layout()
     p = img_dir / "debs_throughput.png"
-    fig.savefig(p, dpi=110)
+    fig.savefig(p, dpi=100)
     plt.close(fig)
     paths.append(p)
 
-    dc = delay_case(results)
-    if dc is not None:
-        ss = [s for s in dc["streams"] if s.get("p50_ms") is not None]
-        fig, ax = plt.subplots(figsize=(11, 4.2))
-        x = np.arange(len(ss))
-        ax.bar(x - 0.2, [s["p50_ms"] / 1000 for s in ss], 0.4, label="p50")
-        ax.bar(x + 0.2, [s["p99_ms"] / 1000 for s in ss], 0.4, label="p99")
-        ax.set_xticks(x, [s["stream"].removesuffix(".csv") for s in ss], rotation=45, ha="right",
-                      fontsize=8)
-        ax.set_yscale("log")
-        ax.set_ylabel("delay (write - entry), s")
-        ax.set_title(f"delay per output stream, case {dc['case']} ({dc['status']}; "
-                     "like EPIC paper fig. 6)")
-        ax.legend()
+    dsets = [(res, delay_case(res)) for res in sets]
+    dsets = [(res, dc) for res, dc in dsets
+             if dc is not None and any(s.get("p50_ms") is not None for s in dc["streams"])]
+    if dsets:
+        fig, axs = plt.subplots(len(dsets), 1, figsize=(12, 4.6 * len(dsets)), squeeze=False)
+        for (res, dc), (ax,) in zip(dsets, axs):
+            ss = [s for s in dc["streams"] if s.get("p50_ms") is not None]
+            x = np.arange(len(ss))
+            ax.bar(x - 0.2, [s["p50_ms"] / 1000 for s in ss], 0.4, label="p50")
+            ax.bar(x + 0.2, [s["p99_ms"] / 1000 for s in ss], 0.4, label="p99")
+            ax.set_xticks(x, [s["stream"].removesuffix(".csv") for s in ss], rotation=45,
+                          ha="right", fontsize=8)
+            lo = min(s["p50_ms"] for s in ss)
+            hi = max(s["p99_ms"] for s in ss)
+            if lo > 0 and hi / lo > 30:
+                ax.set_yscale("log")
+            else:
+                ax.set_ylim(bottom=0)
+            ax.set_ylabel("delay (write - entry), s")
+            ax.set_title(f"delay per output stream (cf. EPIC paper fig. 6): {res['input']}, case "
+                         f"{dc['case']} ({dc['status']}), {res['runtime_label']}, {res['date']}",
+                         fontsize=9)
+            ax.legend()
         fig.tight_layout()
         p = img_dir / "debs_delays.png"
-        fig.savefig(p, dpi=110)
+        fig.savefig(p, dpi=100)
         plt.close(fig)
         paths.append(p)
     return paths
 
 
-def docs_section(results: dict, notes: str) -> str:
+def extra_section(results: dict) -> list[str]:
+    """A shorter block for another run (``--also-json``): command, load, case and delay tables."""
+    target = results["target_seconds"]
+    rows = [_case_row(CaseResult(**r), target) for r in results["cases"]]
+    if results.get("floor"):
+        rows.append(_floor_row(results["floor"]))
+    lines = [f"### Also measured: `{results['input']}` ({fmt_num(results['input_rows'])} rows, "
+             f"{results['game_s']} game seconds), {results['date']}", "",
+             "```", results["argv"], "```", "",
+             f"Load average at the start `{results['load_start']}`, at the end "
+             f"`{results['load_end']}`.", "", md_table(CASE_COLS, rows), ""]
+    for r in results["cases"]:
+        if r.get("top_nodes"):
+            lines.append(f"- `{r['case']}` busiest queries: " + "; ".join(
+                f"`{n}` {ms / 1000:,.1f} s" for n, ms, _ in r["top_nodes"][:4]) + ".")
+    lines.append("")
+    dc = delay_case(results)
+    if dc is not None:
+        lines += [f"Delays, case `{dc['case']}` ({dc['status']}):", "",
+                  md_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]]), ""]
+    return lines
+
+
+def docs_section(results: dict, notes: str, extras: list[dict] = ()) -> str:
     target = results["target_seconds"]
     rows = [_case_row(CaseResult(**r), target) for r in results["cases"]]
     if results.get("floor"):
@@ -746,9 +787,11 @@ def docs_section(results: dict, notes: str) -> str:
              f"{results['input_bytes'] / 1e9:.2f} GB, {results['game_s']} game seconds (seconds "
              "of the two halves with data). Each case runs the DEBS topology as a subprocess with "
              "`--delays`; wall s is the whole command (Spark/JVM start included); events/s = input "
-             "rows / wall s (the real-time rate is 15,000/s); x real time = game s / wall s; load = mean 1-min load average during the run (2 cores); peak "
-             "PSS = sum of the proportional set size over the `epic` process and all its descendants (JVM, Python "
-             f"workers), sampled every {results.get('mem_every', 5):g} s. A killed run's wall s and events/s are bounds (`>`, "
+             "rows / wall s (the real-time rate is 15,000/s); x real time = game s / wall s; "
+             "load = mean 1-min load average during the run (2 cores); peak PSS = sum of the "
+             "proportional set size over the `epic` process and all its descendants (JVM, "
+             f"Python workers), sampled every {results.get('mem_every', 5):g} s. A killed run's "
+             "wall s and events/s are bounds (`>`, "
              "`<`), its rows out are what it wrote before the kill, `game s done` is the game "
              "seconds behind its slowest sink's input watermark at the kill, its x real time "
              "(`~`) is game s done / wall s and `est. total s` extrapolates that rate linearly "
@@ -799,15 +842,17 @@ def docs_section(results: dict, notes: str) -> str:
                   md_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]]), ""]
     lines += ["![wall time and events/s per case](img/debs_throughput.png)", "",
               "![p50 / p99 delay per output stream](img/debs_delays.png)", ""]
+    for ex in extras:
+        lines += extra_section(ex)
     if notes:
         lines += [notes.rstrip(), ""]
     lines.append(DOC_END)
     return "\n".join(lines) + "\n"
 
 
-def write_docs(results: dict, notes: str, doc_path: Path) -> None:
+def write_docs(results: dict, notes: str, doc_path: Path, extras: list[dict] = ()) -> None:
     text = doc_path.read_text()
-    section = docs_section(results, notes)
+    section = docs_section(results, notes, extras)
     if DOC_BEGIN in text and DOC_END in text:
         a = text.index(DOC_BEGIN)
         b = text.index(DOC_END) + len(DOC_END)
@@ -848,6 +893,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-docs", action="store_true",
                     help="update docs/performance.md's section and docs/img/debs_*.png")
     ap.add_argument("--notes", type=Path, default=None, help="markdown appended to the section")
+    ap.add_argument("--also-json", type=Path, action="append", default=[],
+                    help="with --write-docs: also render this results.json (another input) in "
+                         "the section, after the main run")
     ap.add_argument("--keep", action="store_true", help="keep outputs and work directories")
     ap.add_argument("--out-root", type=Path, default=Path("out/bench_debs"))
     ap.add_argument("--work-root", type=Path, default=Path("work/bench_debs"))
@@ -958,9 +1006,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.write_docs:
         notes = args.notes.read_text() if args.notes else ""
-        for p in plot(results, ROOT / "docs" / "img"):
+        extras = [json.loads(Path(p).read_text()) for p in args.also_json]
+        for p in plot(results, ROOT / "docs" / "img", extras):
             console.print(f"wrote {os.path.relpath(p, ROOT)}")
-        write_docs(results, notes, ROOT / "docs" / "performance.md")
+        write_docs(results, notes, ROOT / "docs" / "performance.md", extras)
         console.print("updated docs/performance.md (section between bench_debs markers)")
 
     misses = [(r["case"], case_missed(CaseResult(**r), results["target_seconds"]))
