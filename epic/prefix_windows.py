@@ -32,8 +32,8 @@ from . import serde
 from .aggregates import AggSpec
 from .errors import SpecError, StateError
 from .sinks import ENTRY_COLUMN
-from .windows import (MAX_BATCH_ROWS, FewTimeWindow, _agg_values, _ceil_div, _check_columns,
-                      _group_rows, _int_column, _key_tuple, _value_column, INT64_MIN,
+from .windows import (MAX_BATCH_ROWS, FewTimeWindow, WindowOperator, _agg_values, _ceil_div,
+                      _check_columns, _group_rows, _int_column, _key_tuple, _value_column,
                       window_output_schema)
 
 __all__ = ["PrefixWindowOperator", "prefix_eligible"]
@@ -198,43 +198,15 @@ class PrefixWindowOperator:
             self._watermark = wm
         return self._emit_all(final=False)
 
-    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        watermark = int(watermark)
-        if self._watermark is not None and watermark <= self._watermark:
-            return []
-        self._watermark = watermark
-        return self._emit_all(final=False)
-
-    def on_end(self) -> list[pa.RecordBatch]:
-        end = self._watermark
-        if self._max_time is not None:
-            end = self._max_time + 1 if end is None else max(end, self._max_time + 1)
-        if end is None:
-            return []
-        self._watermark = end
-        return self._emit_all(final=True)
-
-    @property
-    def watermark(self) -> int | None:
-        """The operator's watermark: no element with a smaller event time is accepted."""
-        return self._watermark
+    # The clock is the general engine's, to the letter: the same watermark, end-of-input and
+    # late-row rules (the property test holds the two engines' outputs equal).
+    count_mode = False
+    on_watermark = WindowOperator.on_watermark
+    on_end = WindowOperator.on_end
+    watermark = WindowOperator.watermark
+    _drop_late = WindowOperator._drop_late
 
     # -- ingest --------------------------------------------------------------------------
-    def _drop_late(self, times: np.ndarray):
-        prev = np.empty(len(times), dtype=np.int64)
-        prev[0] = INT64_MIN // 2 if self._max_time is None else self._max_time
-        if len(times) > 1:
-            np.maximum.accumulate(times[:-1], out=prev[1:])
-            if self._max_time is not None:
-                np.maximum(prev[1:], self._max_time, out=prev[1:])
-        late = times < (prev - self.lateness if self.lateness else prev)
-        if self._watermark is not None:
-            late |= times < self._watermark
-        if not late.any():
-            return None
-        self.late_rows += int(late.sum())
-        return ~late
-
     def _lift(self, batch: pa.RecordBatch, times: np.ndarray) -> np.ndarray:
         parts = []
         cache: dict[str, np.ndarray] = {}
