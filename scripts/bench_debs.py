@@ -75,8 +75,18 @@ HALF_ENDS = (C.FIRST_HALF_END, C.SECOND_HALF_END)
 # ------------------------------------------------------------------------------------------------
 # pure helpers (tests/test_bench_debs.py)
 
+def split_case(case: str) -> tuple[str, str | None]:
+    """``"all@run"`` -> ``("all", "run")`` (a case on another runtime, e.g. a peer in the same
+    run); ``"q1"`` -> ``("q1", None)``."""
+    name, _, runtime = case.partition("@")
+    if runtime and runtime not in ("deploy", "run"):
+        raise ValueError(f"unknown runtime {runtime!r} in case {case!r} (deploy or run)")
+    return name, runtime or None
+
+
 def case_queries(case: str) -> list[str]:
-    """``"q3"`` -> ``["q3"]``; ``"all"`` -> the four queries."""
+    """``"q3"`` -> ``["q3"]``; ``"all"`` (or ``"all@run"``) -> the four queries."""
+    case = split_case(case)[0]
     if case == "all":
         return ["q1", "q2", "q3", "q4"]
     if case not in CASES:
@@ -440,6 +450,8 @@ def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[s
 
 
 def run_case(args, case: str, console) -> CaseResult:
+    runtime = split_case(case)[1] or args.runtime
+    args = argparse.Namespace(**{**vars(args), "runtime": runtime})
     out = args.out_root / case
     work = args.work_root / case
     stats = args.out_root / f"{case}.stats.json"
@@ -573,6 +585,9 @@ def _case_row(r: CaseResult, target_s: float):
     verdict = "ok" if miss is None else "MISSED"
     if r.case == "all" and miss is None:
         verdict = f"ok (<= {target_s:.0f} s)"
+    elif "@" in r.case and miss is None:
+        verdict = "peer: ok" + (f" ({'<=' if r.wall_s <= target_s else '>'} {target_s:.0f} s)"
+                                if split_case(r.case)[0] == "all" else "")
     mode = r.runtime + (" --fuse" if r.fuse else "")
     return [r.case, mode, fmt_num(r.input_rows), wall,
             "-" if eps is None else ("<" if r.status != "ok" else "") + fmt_num(eps),
@@ -615,8 +630,7 @@ def print_tables(console, results: dict) -> None:
     if results.get("floor"):
         t.add_row(*_floor_row(results["floor"]))
     console.print(t)
-    dc = delay_case(results)
-    if dc is not None:
+    for dc in delay_cases(results):
         d = Table(title=f"Delays per output stream, case {dc['case']} ({dc['status']})",
                   title_justify="left")
         for c in DELAY_COLS:
@@ -638,13 +652,12 @@ def print_tables(console, results: dict) -> None:
                           "rows")
 
 
-def delay_case(results: dict) -> dict | None:
-    """The case whose delays the second table shows: ``all`` if it ran, else the first one run."""
+def delay_cases(results: dict) -> list[dict]:
+    """The cases whose delays are shown: the all-queries cases (``all``, ``all@run``) that ran,
+    else the first case run."""
     cases = [r for r in results["cases"] if r.get("streams")]
-    for r in cases:
-        if r["case"] == "all":
-            return r
-    return cases[0] if cases else None
+    alls = [r for r in cases if split_case(r["case"])[0] == "all"]
+    return alls or cases[:1]
 
 
 def md_table(cols, rows) -> str:
@@ -716,9 +729,8 @@ def plot(results: dict, img_dir: Path, extras: list[dict] = ()) -> list[Path]:
     plt.close(fig)
     paths.append(p)
 
-    dsets = [(res, delay_case(res)) for res in sets]
-    dsets = [(res, dc) for res, dc in dsets
-             if dc is not None and any(s.get("p50_ms") is not None for s in dc["streams"])]
+    dsets = [(res, dc) for res in sets for dc in delay_cases(res)
+             if any(s.get("p50_ms") is not None for s in dc["streams"])]
     if dsets:
         fig, axs = plt.subplots(len(dsets), 1, figsize=(12, 4.6 * len(dsets)), squeeze=False)
         for (res, dc), (ax,) in zip(dsets, axs):
@@ -736,7 +748,8 @@ def plot(results: dict, img_dir: Path, extras: list[dict] = ()) -> list[Path]:
                 ax.set_ylim(bottom=0)
             ax.set_ylabel("delay (write - entry), s")
             ax.set_title(f"delay per output stream (cf. EPIC paper fig. 6): {res['input']}, case "
-                         f"{dc['case']} ({dc['status']}), {res['runtime_label']}, {res['date']}",
+                         f"{dc['case']} ({dc['status']}), "
+                         f"{dc['runtime'] + (' --fuse' if dc.get('fuse') else '')}, {res['date']}",
                          fontsize=9)
             ax.legend()
         fig.tight_layout()
@@ -763,8 +776,7 @@ def extra_section(results: dict) -> list[str]:
             lines.append(f"- `{r['case']}` busiest queries: " + "; ".join(
                 f"`{n}` {ms / 1000:,.1f} s" for n, ms, _ in r["top_nodes"][:4]) + ".")
     lines.append("")
-    dc = delay_case(results)
-    if dc is not None:
+    for dc in delay_cases(results):
         lines += [f"Delays, case `{dc['case']}` ({dc['status']}):", "",
                   md_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]]), ""]
     return lines
@@ -834,8 +846,7 @@ def docs_section(results: dict, notes: str, extras: list[dict] = ()) -> str:
                          + "; ".join(f"`{n}` {ms / 1000:,.1f} s" for n, ms, _ in
                                      r["top_nodes"][:4]) + ".")
     lines.append("")
-    dc = delay_case(results)
-    if dc is not None:
+    for dc in delay_cases(results):
         lines += [f"Delay per output stream (`write_time - entry_time`, spec section 9), case "
                   f"`{dc['case']}` ({dc['status']}); percentiles over all rows, or every k-th "
                   "row where `sampled` says 1/k:", "",

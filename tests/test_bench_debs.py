@@ -121,3 +121,15 @@ def test_game_done_counts_whole_seconds_before_the_watermark():
 def test_case_timeouts():
     assert bd.parse_cases("all:1200, q4:300,q1") == ["all", "q4", "q1"]
     assert bd.case_timeouts("all:1200, q4:300,q1") == {"all": 1200.0, "q4": 300.0}
+
+
+def test_peer_cases_on_another_runtime():
+    assert bd.parse_cases("all, all@run:900") == ["all", "all@run"]
+    assert bd.case_timeouts("all, all@run:900") == {"all@run": 900.0}
+    assert bd.split_case("all@run") == ("all", "run") and bd.split_case("q2") == ("q2", None)
+    assert len(bd.case_files("all@run")) == 15
+    with pytest.raises(ValueError):
+        bd.parse_cases("all@flink")
+    peer = bd.CaseResult(case="all@run", runtime="run", fuse=False, command="c", status="ok",
+                         wall_s=700.0)
+    assert bd.case_missed(peer, 600.0) is None      # the target is for the deploy's all case
