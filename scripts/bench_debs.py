@@ -961,7 +961,8 @@ def main(argv: list[str] | None = None) -> int:
         load_start = _uptime()
         console.print(f"load: {load_start}")
         results = {
-            "argv": ".venv/bin/python scripts/bench_debs.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+            "argv": ".venv/bin/python scripts/bench_debs.py "
+                    + shlex.join(sys.argv[1:] if argv is None else argv),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{os.cpu_count()}-CPU {platform.machine()} VM, Python "
                        f"{platform.python_version()}, pyarrow {pa.__version__}",
