@@ -155,7 +155,7 @@ class Aggregate:
 
 def _overrides(obj: Aggregate, hook: str) -> bool:
     if isinstance(obj, FunctionAggregate):
-        return getattr(obj, f"_{hook}_fn") is not None
+        return getattr(obj, f"_{hook}_fn", None) is not None
     return getattr(type(obj), hook) is not getattr(Aggregate, hook)
 
 
@@ -182,19 +182,26 @@ class FunctionAggregate(Aggregate):
                  remove: Callable[[Any, Any], Any] | None = None,
                  result: Callable[[Any], Any] | None = None,
                  merge: Callable[[Any, Any], Any] | None = None,
-                 result_type: pa.DataType = pa.float64()):
+                 result_type: pa.DataType = pa.float64(),
+                 lift: Callable[[Any], Any] | None = None,
+                 lower: Callable[[Any, Any], Any] | None = None):
         for role, fn in (("init", init), ("add", add)):
             if not callable(fn):
                 raise SpecError(f"aggregate {name!r}: {role} must be a function, got {fn!r}")
-        for role, fn in (("remove", remove), ("result", result), ("merge", merge)):
+        for role, fn in (("remove", remove), ("result", result), ("merge", merge),
+                         ("lift", lift), ("lower", lower)):
             if fn is not None and not callable(fn):
                 raise SpecError(f"aggregate {name!r}: {role} must be a function or None")
+        if (lift is None) != (lower is None):
+            raise SpecError(f"aggregate {name!r}: the group form needs both lift and lower")
         self.name = name
         self._init_fn = init
         self._add_fn = add
         self._remove_fn = remove
         self._result_fn = result
         self._merge_fn = merge
+        self._lift_fn = lift
+        self._lower_fn = lower
         self.result_type = result_type
 
     def init(self):
@@ -215,6 +222,16 @@ class FunctionAggregate(Aggregate):
 
     def result(self, state):
         return state if self._result_fn is None else self._result_fn(state)
+
+    def lift(self, values):
+        if self._lift_fn is None:
+            raise NotImplementedError(f"aggregate {self.name!r} has no group form")
+        return self._lift_fn(values)
+
+    def lower(self, sums, counts):
+        if self._lower_fn is None:
+            raise NotImplementedError(f"aggregate {self.name!r} has no group form")
+        return self._lower_fn(sums, counts)
 
     def add_batch(self, state, values):
         add = self._add_fn
@@ -239,8 +256,9 @@ def aggregate_function(name: str, init: Callable[[], Any], add: Callable[[Any, A
                        remove: Callable[[Any, Any], Any] | None = None, *,
                        result: Callable[[Any], Any] | None = None,
                        merge: Callable[[Any, Any], Any] | None = None,
-                       result_type: pa.DataType = pa.float64(), replace: bool = False
-                       ) -> FunctionAggregate:
+                       result_type: pa.DataType = pa.float64(), replace: bool = False,
+                       lift: Callable[[Any], Any] | None = None,
+                       lower: Callable[[Any, Any], Any] | None = None) -> FunctionAggregate:
     """Register an aggregate made of plain functions under ``name`` and return it.
 
     Once registered it is usable by name on every window kind: ``agg("mysum", "x")``.
@@ -255,12 +273,14 @@ def aggregate_function(name: str, init: Callable[[], Any], add: Callable[[Any, A
         merge: ``(older, newer) -> state``.
         result_type: Arrow type of the results.
         replace: allow re-registering an existing name.
+        lift, lower: the optional group form (both or neither; see :class:`Aggregate`): time
+            windows then run on prefix sums.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise SpecError(f"aggregate name must be an identifier, got {name!r}")
     if name in _REGISTRY and not replace:
         raise SpecError(f"aggregate {name!r} is already registered; pass replace=True to replace it")
-    fa = FunctionAggregate(name, init, add, remove, result, merge, result_type)
+    fa = FunctionAggregate(name, init, add, remove, result, merge, result_type, lift, lower)
     _REGISTRY[name] = fa
     return fa
 

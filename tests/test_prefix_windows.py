@@ -187,3 +187,24 @@ def test_lift_must_be_integer_and_snapshot_format_is_checked():
     with pytest.raises(StateError, match="prefix window snapshot"):
         PrefixWindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k").restore(
             general.snapshot())
+
+
+def test_plain_function_aggregate_with_the_group_form_runs_on_prefix_sums():
+    """aggregate_function(..., lift=, lower=): registered once, the prefix engine picks it up."""
+    A.aggregate_function("pf_sum", init=lambda: 0, add=lambda s, e: s + int(e),
+                         remove=lambda s, e: s - int(e), result_type=pa.int64(), replace=True,
+                         lift=lambda v: np.asarray(v, np.int64)[:, None],
+                         lower=lambda sums, counts: pa.array(sums[:, 0]))
+    sch = schema_for(False)
+    spec = few_time(5, 1, 1)
+    aggs = [A.agg("pf_sum", "v")]
+    op = build_window_operator(spec, aggs, sch, "ts", "s", "k")
+    assert isinstance(op, PrefixWindowOperator)
+    rows = [(0, t, t % 7) for t in range(40)]
+    fast, _ = drive(lambda: build_window_operator(spec, aggs, sch, "ts", "s", "k"), rows, [9],
+                    False, {})
+    slow, _ = drive(lambda: WindowOperator(spec, aggs, sch, "ts", "s", "k"), rows, [9], False, {})
+    assert fast == slow and len(fast) == 40  # instants 1..40
+    with pytest.raises(SpecError, match="both lift and lower"):
+        A.aggregate_function("pf_bad", init=lambda: 0, add=lambda s, e: s, replace=True,
+                             lift=lambda v: v)
