@@ -672,6 +672,10 @@ def _format_floats(array: pa.Array, float_format: str) -> pa.Array:
     return pa.array([None if v is None else format(v, float_format) for v in values], pa.string())
 
 
+#: tables a background CsvWriter may hold ahead of its caller
+_QUEUE = 4
+
+
 class CsvWriter:
     """Writes record batches to a CSV file with a fixed column order and exact formatting.
 
@@ -691,7 +695,8 @@ class CsvWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
-                 header: bool = True, delimiter: str = ",", float_format: str | None = None):
+                 header: bool = True, delimiter: str = ",", float_format: str | None = None,
+                 background: bool = False):
         if len(delimiter) != 1 or delimiter in "\r\n\"":
             raise SpecError(f"delimiter={delimiter!r}: give one character other than a quote or "
                             "a newline")
@@ -710,6 +715,10 @@ class CsvWriter:
         self._rows = 0
         # Characters that force quoting of a string value (Python's csv QUOTE_MINIMAL rule).
         self._needs_quote = "[" + re.escape(delimiter + '"\r\n') + "]"
+        # background=True: formatting and writing run on one worker thread (pyarrow releases the
+        # GIL), at most _QUEUE tables ahead of the caller; errors surface on the next call.
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="epic-csv") if background else None
+        self._pending: deque[Future] = deque()
 
     @property
     def rows(self) -> int:
@@ -763,6 +772,14 @@ class CsvWriter:
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         """Append the rows of ``data`` (its columns are selected and ordered as configured)."""
         table = self._prepare(data)
+        if self._pool is None:
+            self._write(table)
+            return
+        while self._pending and (self._pending[0].done() or len(self._pending) >= _QUEUE):
+            self._pending.popleft().result()  # re-raises a failed write
+        self._pending.append(self._pool.submit(self._write, table))
+
+    def _write(self, table: pa.Table) -> None:
         if self._sink is None:
             self._sink = self._open(table.column_names)
         if not self._quoting_needed(table):
@@ -779,7 +796,22 @@ class CsvWriter:
         self._rows += table.num_rows
 
     def close(self) -> None:
-        """Flush and close the file."""
+        """Flush and close the file (after every pending background write)."""
+        error: BaseException | None = None
+        if self._pool is not None:
+            try:
+                while self._pending:
+                    self._pending.popleft().result()
+            except BaseException as exc:  # noqa: BLE001 - re-raised once the file is closed
+                error = exc
+            finally:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+                self._pending.clear()
+        if error is not None:
+            if self._sink is not None:
+                self._sink.close()
+            raise error
         if self._sink is None and self._columns is not None:
             self._sink = self._open(self._columns)
         if self._sink is not None:

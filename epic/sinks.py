@@ -123,7 +123,7 @@ class CsvSink(Sink):
         _parent(self.path)
         out = self.output_schema(schema)
         w = CsvWriter(self.path, columns=out.names, header=self.header,
-                      delimiter=self.delimiter, float_format=self.float_format)
+                      delimiter=self.delimiter, float_format=self.float_format, background=True)
         return _Writer(lambda b, wm: w.write(b), lambda wm: w.close())
 
     def describe(self):

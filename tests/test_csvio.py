@@ -243,3 +243,26 @@ def test_csv_writer_streams_batches_and_reads_back(tmp_path):
     empty = tmp_path / "empty.csv"
     CsvWriter(empty, columns=["ts", "x"]).close()
     assert empty.read_text() == "ts,x\n"
+
+
+def test_background_writer_writes_the_same_bytes_and_reports_failures(tmp_path):
+    """background=True (used by csv sinks in-process): same file, errors surface on close."""
+    from epic.csvio import CsvWriter
+
+    batches = [pa.record_batch({"a": pa.array(list(range(i, i + 50))),
+                                "s": pa.array(["x,y" if (i + j) % 17 == 0 else f"v{j}"
+                                               for j in range(50)]),
+                                "f": pa.array([j / 3 for j in range(50)])}) for i in range(40)]
+    paths = {}
+    for bg in (False, True):
+        paths[bg] = tmp_path / f"bg{bg}.csv"
+        w = CsvWriter(paths[bg], columns=["s", "a", "f"], background=bg)
+        for b in batches:
+            w.write(b)
+        w.close()
+    assert paths[True].read_bytes() == paths[False].read_bytes()
+    assert paths[True].read_text().count("\n") == 1 + 40 * 50
+    w = CsvWriter(tmp_path / "missing-dir" / "x.csv", background=True)
+    w.write(batches[0])  # the failed open happens on the worker thread
+    with pytest.raises(OSError):
+        w.close()
