@@ -448,6 +448,29 @@ def _axis_map(base: int, target: int) -> tuple[np.ndarray, np.ndarray]:
     return targets, shares
 
 
+@functools.lru_cache(maxsize=16)
+def _fold_maps(base: tuple[int, int], grid: tuple[int, int]) -> list:
+    """Per base cell id, for each of the (up to 4) coarse cells it may overlap: the coarse cell
+    id and the share of the fine cell in it, ``[(cmap, wmap, whole)]`` in a fixed order (the
+    summation order, so results are the same to the last bit); ``whole`` when every share of
+    that entry is 1 and no other entry exists (the grids divide each other)."""
+    bx, by = base
+    nx, ny = grid
+    tx, sx = _axis_map(bx, nx)
+    ty, sy = _axis_map(by, ny)
+    cell = np.arange(bx * by, dtype=np.int64)
+    fi, fj = cell % bx, cell // bx
+    maps = []
+    for a in (0, 1):
+        for b in (0, 1):
+            w = sx[fi, a] * sy[fj, b]
+            if (w > 0).any():
+                maps.append((ty[fj, b] * nx + tx[fi, a], w, False))
+    if len(maps) == 1 and (maps[0][1] == 1.0).all():
+        maps = [(maps[0][0], maps[0][1], True)]
+    return maps
+
+
 def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
     """Fold sparse base-grid times ``(row, cell, time)`` onto ``grid``: ``(row, cell, time)`` of
     the non-zero coarse cells, sorted by row then cell id (``j * nx + i``)."""
@@ -455,18 +478,18 @@ def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
     nx, ny = grid
     if grid == base:
         return row, cell, time.astype(np.float64, copy=False)
-    tx, sx = _axis_map(bx, nx)
-    ty, sy = _axis_map(by, ny)
-    fi, fj = cell % bx, cell // bx
     keys, vals = [], []
-    for a in (0, 1):
-        for b in (0, 1):
-            w = sx[fi, a] * sy[fj, b]
-            keep = w > 0
-            if not keep.any():
-                continue
-            keys.append(row[keep] * (nx * ny) + ty[fj[keep], b] * nx + tx[fi[keep], a])
-            vals.append(time[keep] * w[keep])
+    for cmap, wmap, whole in _fold_maps(base, grid):
+        if whole:  # every fine cell lies in one coarse cell: no weights, no masks
+            keys.append(row * (nx * ny) + cmap[cell])
+            vals.append(time * 1.0)
+            continue
+        w = wmap[cell]
+        keep = w > 0
+        if not keep.any():
+            continue
+        keys.append(row[keep] * (nx * ny) + cmap[cell[keep]])
+        vals.append(time[keep] * w[keep])
     if not keys:
         e = np.zeros(0, np.int64)
         return e, e, np.zeros(0, np.float64)
