@@ -572,7 +572,7 @@ class Topic:
     def commit_batch(self, producer: str, batch_id: int, temps: Sequence[TempSegment | None], *,
                      watermark: int | None = None, eos: bool = False,
                      write_marker: bool | None = None,
-                     step: int | None = None) -> list[SegmentInfo]:
+                     step: int | None = None, marker_after: bool = False) -> list[SegmentInfo]:
         """Make a batch's temp segments visible, exactly once per ``(producer, batch_id)``.
 
         Steps: if this batch or a later batch of ``producer`` is complete, the temps are replays
@@ -590,6 +590,10 @@ class Topic:
             step: Progress counter for such a marker segment (see :class:`SegmentMeta`).
             write_marker: Write a zero-row marker segment when no temp has rows. Default: only
                 when it carries news (``eos``, or a watermark newer than the producer's last).
+            marker_after: When temps have rows, also append a zero-row segment carrying
+                ``watermark`` / ``eos`` / ``step`` as the batch's last part (readers take a batch's
+                markers from its last part): for a producer whose temps were stamped with other
+                markers than the batch's (the partitions of a keyed stateful node).
 
         Returns:
             The batch's visible segments (the earlier ones on a replay), empty if nothing to write.
@@ -616,6 +620,10 @@ class Topic:
                 return []
             full = [self.write_temp([], producer=producer, batch_id=batch_id,
                                     watermark=watermark, eos=eos, step=step)]
+        elif marker_after:
+            full.append(self.write_temp([], producer=producer, batch_id=batch_id,
+                                        part=full[-1].part + 1, watermark=watermark, eos=eos,
+                                        step=step))
         seq0 = finals[-1].seq + 1 if finals else 0
         out = []
         for i, t in enumerate(full):

@@ -80,7 +80,8 @@ def read_topic(spark, path: str, *, max_rows_per_trigger: int | None = None,
 
 
 def write_topic(df, path: str, *, producer: str, checkpoint: str, time_column: str | None = None,
-                time_unit: str = "ms", propagate_markers: bool = True, query_name: str | None = None):
+                time_unit: str = "ms", propagate_markers: bool = True, query_name: str | None = None,
+                state_dir: str | None = None):
     """A configured, not yet started ``DataStreamWriter`` of ``df`` into the topic at ``path``.
 
     Set a trigger if needed, then call ``.start()``.
@@ -94,6 +95,9 @@ def write_topic(df, path: str, *, producer: str, checkpoint: str, time_column: s
         time_unit: Its unit.
         propagate_markers: Stamp segments with the upstream watermark and end of stream.
         query_name: Spark query name (default: ``producer``).
+        state_dir: for a stateful producer (``epic deploy``): its state snapshots, from which the
+            segments take the watermark and end of stream the node forwarded (instead of its
+            inputs').
     """
     from epic.spark.topic_source import FORMAT
 
@@ -104,4 +108,6 @@ def write_topic(df, path: str, *, producer: str, checkpoint: str, time_column: s
         w = w.option("time_column", time_column)
     if not propagate_markers:
         w = w.option("markers", "none")
+    if state_dir is not None:
+        w = w.option("state_dir", str(state_dir))
     return w

@@ -270,7 +270,8 @@ class _Deploy:
             df = df.filter(F.col(PORT) == port).drop(PORT)
         return df, Topic.open(path).manifest.topic_id
 
-    def write(self, df, node, path: str, qname: str | None = None):
+    def write(self, df, node, path: str, qname: str | None = None, state_dir: str | None = None):
+        """``state_dir``: the query's stateful node's snapshots (its output markers)."""
         from epic.spark import write_topic
 
         qname = qname or node.name
@@ -279,7 +280,7 @@ class _Deploy:
         return (write_topic(df, path, producer=qname.replace("+", "__"),
                             checkpoint=self.ckpt(qname),
                             time_column=m.time_column, time_unit=m.time_unit,
-                            query_name=qname)
+                            query_name=qname, state_dir=state_dir)
                 .trigger(processingTime=self.trigger))
 
     # -- queries ---------------------------------------------------------------------------
@@ -333,8 +334,9 @@ class _Deploy:
                             + ("" if port is None else f".{port}"),
                             port=port, workdir=self.workdir)
             out = df.mapInArrow(node_function(spec), _spark_schema(out_schema))
+            state = spec.state_dir if mode != "stateless" else None
             if port is None:
-                writers.append((node.name, self.write(out, node, path)))
+                writers.append((node.name, self.write(out, node, path, state_dir=state)))
             else:
                 from epic.spark import write_topic
 
@@ -342,12 +344,13 @@ class _Deploy:
                 w = (write_topic(out, path, producer=node.name,
                                  checkpoint=self.ckpt(f"{node.name}.{port}"),
                                  time_column=m.time_column, time_unit=m.time_unit,
-                                 query_name=f"{node.name}.{port}")
+                                 query_name=f"{node.name}.{port}", state_dir=state)
                      .trigger(processingTime=self.trigger))
                 writers.append((f"{node.name}.{port}", w))
         return writers
 
-    def sink_query(self, node: SinkNode, df=None, qname: str | None = None):
+    def sink_query(self, node: SinkNode, df=None, qname: str | None = None,
+                   state_dir: str | None = None):
         from pyspark.sql import functions as F
 
         from epic.sinks import CollectSink, ConsoleSink, CsvSink, ParquetSink, TopicSink
@@ -379,7 +382,7 @@ class _Deploy:
         assert isinstance(sink, (TopicSink, ConsoleSink, CollectSink))
         Topic.create(path, out, time_column=node.input.time if node.input.time in out.names
                      else None, time_unit=node.input.unit, exist_ok=True)
-        return self.write(df, node, path, qname)
+        return self.write(df, node, path, qname, state_dir=state_dir)
 
     def source_df(self, node: SourceNode, position: bool = False, key=None, apply=None,
                   apply_schema=None):
@@ -418,6 +421,9 @@ class _Deploy:
         pre = members if k is None else members[:k]
         st = None if k is None else members[k]
         post = [] if k is None else members[k + 1:]
+        # The group's output markers are its stateful node's (stateless nodes after it forward
+        # its watermark unchanged).
+        state = None if st is None else f"{self.workdir}/state/{st.name}"
         # A keyed stateful node right behind a source: the source partitions by key itself, so
         # there is no shuffle (rows stay Arrow from the source task to the node task).
         by_key = (isinstance(head, SourceNode) and st is not None and not pre
@@ -474,8 +480,9 @@ class _Deploy:
         if sink is not None:
             if not members and POS in df.columns:
                 df = df.drop(POS)
-            return [(qname, self.sink_query(sink, df=df, qname=qname))]
-        return [(qname, self.write(df, members[-1], self.out_topic(members[-1]), qname))]
+            return [(qname, self.sink_query(sink, df=df, qname=qname, state_dir=state))]
+        return [(qname, self.write(df, members[-1], self.out_topic(members[-1]), qname,
+                                   state_dir=state))]
 
     def start_all(self, on_started=None) -> None:
         if self.fuse:

@@ -16,7 +16,8 @@ from typing import Mapping
 
 from epic.errors import EpicError
 
-__all__ = ["build_session", "check_java", "freeze_gc_once", "session_conf", "MIN_JAVA"]
+__all__ = ["build_session", "check_java", "freeze_gc_once", "session_conf", "MIN_JAVA",
+           "LOG4J2_PROPERTIES", "log_config_file", "quiet_spark_logs"]
 
 #: Oldest Java that Spark 4 runs on.
 MIN_JAVA = 17
@@ -27,6 +28,115 @@ _CHECKPOINT_MANAGER = (
 _ROCKSDB_PROVIDER = (
     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 )
+
+
+#: Spark's JVM log configuration (log4j2): Spark's defaults at WARN, minus the warnings that every
+#: epic deploy triggers by design. Errors (failed tasks and queries) and other warnings stay.
+LOG4J2_PROPERTIES = """\
+# Spark's JVM logging under epic (written and passed with -Dlog4j2.configurationFile by
+# epic.spark.session.build_session). Spark's defaults at WARN, minus the warnings every epic
+# deploy triggers by design; errors (failed tasks, failed queries) are still shown.
+
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+
+# "Current batch is falling behind. The trigger interval is 100 milliseconds, but spent ..."
+# (every slow micro-batch of every query; epic's trigger is short on purpose).
+logger.behind.name = org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor
+logger.behind.level = error
+logger.behind_old.name = org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor
+logger.behind_old.level = error
+
+# "spark.sql.adaptive.enabled is not supported in streaming DataFrames/Datasets and will be
+# disabled." (once per query start).
+logger.aqe.name = org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream
+logger.aqe.level = error
+logger.aqe_old.name = org.apache.spark.sql.execution.streaming.ResolveWriteToStream
+logger.aqe_old.level = error
+
+# "Unable to load native-hadoop library for your platform... using builtin-java classes".
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+
+# "Your hostname, X, resolves to a loopback address ..." / "Set SPARK_LOCAL_IP if you need to
+# bind to another address": only these two lines of Utils are dropped.
+logger.utils.name = org.apache.spark.util.Utils
+logger.utils.level = warn
+logger.utils.filter.loopback.type = RegexFilter
+logger.utils.filter.loopback.regex = .*(resolves to a loopback address|Set SPARK_LOCAL_IP).*
+logger.utils.filter.loopback.onMatch = DENY
+logger.utils.filter.loopback.onMismatch = NEUTRAL
+
+# "Stage N contains a task of very large size (... KiB)": source items travel inside their input
+# partitions by design (docs/deploy.md). Other TaskSetManager warnings (lost tasks) stay.
+logger.tasksize.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasksize.level = warn
+logger.tasksize.filter.large.type = RegexFilter
+logger.tasksize.filter.large.regex = .*contains a task of very large size.*
+logger.tasksize.filter.large.onMatch = DENY
+logger.tasksize.filter.large.onMismatch = NEUTRAL
+
+# "Failed to cancel job group ... Cannot find active jobs for it." (every query stopped while idle,
+# i.e. all of them when a deploy finishes).
+logger.cancel.name = org.apache.spark.scheduler.DAGScheduler
+logger.cancel.level = warn
+logger.cancel.filter.idle.type = RegexFilter
+logger.cancel.filter.idle.regex = .*Failed to cancel job group.*Cannot find active jobs.*
+logger.cancel.filter.idle.onMatch = DENY
+logger.cancel.filter.idle.onMismatch = NEUTRAL
+
+# As in Spark's defaults.
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+logger.jetty2.name = org.sparkproject.jetty.util.component.AbstractLifeCycle
+logger.jetty2.level = error
+logger.parquet.name = org.apache.parquet.CorruptStatistics
+logger.parquet.level = error
+logger.parquet2.name = parquet.CorruptStatistics
+logger.parquet2.level = error
+"""
+
+#: Loggers set to ERROR when the JVM already runs without :data:`LOG4J2_PROPERTIES`.
+QUIET_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream",
+    "org.apache.spark.sql.execution.streaming.ResolveWriteToStream",
+    "org.apache.hadoop.util.NativeCodeLoader",
+)
+
+
+def log_config_file() -> str:
+    """:data:`LOG4J2_PROPERTIES` as a file (in the temp directory, named by its hash)."""
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha1(LOG4J2_PROPERTIES.encode()).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"epic-log4j2-{digest}.properties")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(LOG4J2_PROPERTIES)
+        os.replace(tmp, path)
+    return path
+
+
+def quiet_spark_logs(spark) -> None:
+    """Set :data:`QUIET_LOGGERS` to ERROR in ``spark``'s JVM (for a JVM started without epic's
+    log configuration; a no-op for the ones that have it)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        for name in QUIET_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception:  # noqa: BLE001 - logging set-up must never stop a deploy
+        pass
 
 
 def check_java(min_version: int = MIN_JAVA) -> int:
@@ -90,7 +200,7 @@ def session_conf(*, shuffle_partitions: int = 2, max_records_per_batch: int = 1_
 def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool = False,
                   shuffle_partitions: int = 2, max_records_per_batch: int = 1_000_000,
                   rocksdb: bool = True, conf: Mapping[str, str] | None = None,
-                  log_level: str = "WARN"):
+                  log_level: str = "WARN", quiet: bool = True):
     """Get or create the shared SparkSession with epic's settings, and register topic I/O.
 
     Args:
@@ -103,6 +213,9 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
         rocksdb: See :func:`session_conf`.
         conf: Extra Spark settings; they override epic's.
         log_level: Spark's log level.
+        quiet: Start the JVM with :data:`LOG4J2_PROPERTIES` (no "falling behind", "adaptive
+            ... not supported in streaming", native-hadoop, loopback or large-task warnings);
+            a ``spark.driver.extraJavaOptions`` in ``conf`` replaces it.
 
     Returns:
         The ``pyspark.sql.SparkSession``, with the ``epic_topic`` data source registered.
@@ -121,11 +234,16 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
     builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
     settings = session_conf(shuffle_partitions=shuffle_partitions,
                             max_records_per_batch=max_records_per_batch, ui=ui, rocksdb=rocksdb)
+    if quiet:
+        settings["spark.driver.extraJavaOptions"] = \
+            f"-Dlog4j2.configurationFile=file:{log_config_file()}"
     settings.update(conf or {})
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    if quiet:
+        quiet_spark_logs(spark)
     from epic.spark.topic_source import register
 
     register(spark)

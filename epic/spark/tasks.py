@@ -37,7 +37,7 @@ from epic.spark.tags import (IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_
                              WM, runs, step_of, tag, with_tags)
 from epic.topics import resolve_filesystem
 
-__all__ = ["TaskSpec", "StateStore", "node_function"]
+__all__ = ["TaskSpec", "StateStore", "node_function", "node_marker", "partition_marker"]
 
 #: How many snapshots per partition are kept (older ones are deleted).
 KEEP_SNAPSHOTS = 3
@@ -113,6 +113,35 @@ class StateStore:
                     self.fs.delete_file(f"{self.dir}/{old}.state")
                 except OSError:
                     pass
+
+
+def _mark_of(data: bytes) -> tuple[int | None, bool]:
+    st = serde.unpackb(data)
+    mark = st.get("mark", st.get("fwd"))
+    return (None if mark is None else int(mark)), bool(st.get("ended"))
+
+
+def partition_marker(state_dir: str, part: int, batch_id: int) -> tuple[int | None, bool] | None:
+    """The watermark and end-of-stream flag one partition of a stateful node forwarded after
+    micro-batch ``batch_id`` (from its snapshot; None if it has none)."""
+    snap = StateStore(state_dir, part).load_before(batch_id + 1)
+    return None if snap is None else _mark_of(snap)
+
+
+def node_marker(state_dir: str, batch_id: int) -> tuple[int | None, bool] | None:
+    """The watermark and end-of-stream flag a stateful node forwarded after ``batch_id``, over all
+    its partitions (the minimum watermark, unknown if one partition has none; ended when all
+    ended): what its output topic must carry. None if no partition has a snapshot."""
+    fs, root = resolve_filesystem(state_dir)
+    parts = sorted(int(fi.base_name[1:]) for fi in
+                   fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+                   if fi.type == pafs.FileType.Directory and fi.base_name[:1] == "p"
+                   and fi.base_name[1:].isdigit())
+    marks = [m for m in (partition_marker(state_dir, p, batch_id) for p in parts) if m is not None]
+    if not marks:
+        return None
+    wms = [w for w, _ in marks]
+    return (None if any(w is None for w in wms) else min(wms)), all(e for _, e in marks)
 
 
 def _batch_id() -> tuple[int, int]:
@@ -256,12 +285,16 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
         inputs_ended = list(st["inputs_ended"])
         last_step = st["last_step"]
         fwd = st["fwd"]
+        mark = st.get("mark", fwd)
+        ends_at = list(st.get("ends_at") or [None] * n_in)
     else:
         applied = [None] * n_in
         ended = False
         inputs_ended = [False] * n_in
         last_step = None
         fwd = None
+        mark = None
+        ends_at = [None] * n_in  # per input: the step of its end of stream, once seen
     out: list[pa.RecordBatch] = []
     label = f"{type(op).__name__}"
 
@@ -312,21 +345,42 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
         if mstep is not None:
             last_step = mstep if last_step is None else max(last_step, mstep)
         s = last_step if last_step is not None else 0
-        for i, o in enumerate(per_input):
-            if o is not None:
-                watermark(i, o.watermark, tag(s, PHASE_MARK))
-        for i, o in enumerate(per_input):
-            if o is not None and o.eos and not inputs_ended[i]:
-                inputs_ended[i] = True
-                if merge and not all(inputs_ended):
-                    call("on_input_end", tag(s, PHASE_MARK), i)
+        progress = [None if o is None else o.step for o in per_input]
+        order = sorted((i for i, o in enumerate(per_input) if o is not None),
+                       key=lambda i: (-1 if progress[i] is None else progress[i], i))
+        for i in order:
+            o = per_input[i]
+            watermark(i, o.watermark, tag(s, PHASE_MARK))
+            if o.eos and ends_at[i] is None:
+                ends_at[i] = -1 if o.step is None else int(o.step)
+        # Inputs end in the runner's order: by the step of their end. A merge's frontier after
+        # one input ended is the others' watermark, so the order decides the watermark it forwards
+        # last (for DEBS: the sensor data's max + 1, not the referee markers'). Inputs reach a
+        # merge query in their own time (one topic may be read to its end before another has a
+        # row), so an end is applied once every other input has ended, announced its end, or
+        # progressed to that step; until then it waits (in the snapshot).
+        while True:
+            pending = [i for i in range(n_in) if ends_at[i] is not None and not inputs_ended[i]]
+            if not pending:
+                break
+            i = min(pending, key=lambda k: (ends_at[k], k))
+            if not all(j == i or inputs_ended[j] or ends_at[j] is not None
+                       or (progress[j] is not None and progress[j] >= ends_at[i])
+                       for j in range(n_in)):
+                break
+            inputs_ended[i] = True
+            if merge and not all(inputs_ended):
+                call("on_input_end", tag(s, PHASE_MARK), i)
+        # What consumers see as this node's watermark after the batch: the forwarded watermark,
+        # frozen before on_end (the runner forwards nothing after a node's on_end, it ends it).
+        mark = fwd
         if all(inputs_ended):
             ended = True
             call("on_end", tag(s, PHASE_END))
 
     store.save(batch_id, serde.packb({
         "op": op.snapshot(), "applied": applied, "ended": ended, "inputs_ended": inputs_ended,
-        "last_step": last_step, "fwd": fwd}))
+        "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at}))
     if spec.workdir:
         from epic.spark.crash import crash_point
 

@@ -26,6 +26,13 @@ A batch without rows still writes a zero-row segment when it carries a newer wat
 stream, so markers flow through empty batches. For inputs that are not topics, a driver can append
 markers with :meth:`epic.topics.Topic.append_marker`.
 
+A stateful producer (``epic deploy`` passes option ``state_dir``, its node's snapshots) forwards
+its *own* watermark, not its inputs' (a merge's frontier; an operator's watermark hold; frozen
+before ``on_end``): each task stamps its segment with the value its partition's node task stored
+in snapshot ``B`` (:func:`epic.spark.tasks.partition_marker`), and the commit, which sees every
+partition, appends a zero-row marker part when the minimum over partitions
+(:func:`epic.spark.tasks.node_marker`) differs from what the batch's last part carries.
+
 **Restarts.** A new (empty) checkpoint with a topic that already holds this producer's output is
 refused: batch ids restart at 0, and the replay check would silently drop every batch.
 """
@@ -50,9 +57,12 @@ __all__ = ["TopicStreamWriter", "TopicCommitMessage"]
 
 @dataclass(frozen=True)
 class TopicCommitMessage(WriterCommitMessage):
-    """What a write task reports to the driver: its temp segment, or None if it had no rows."""
+    """What a write task reports to the driver: its temp segment, or None if it had no rows, and
+    the watermark / end-of-stream flag it stamped on it."""
 
     temp: TempSegment | None
+    watermark: int | None = None
+    eos: bool = False
 
 
 class TopicStreamWriter(DataSourceStreamArrowWriter):
@@ -74,6 +84,9 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
         if markers not in ("input", "none"):
             raise EpicError(f"epic_topic sink: markers={markers!r}; use input or none")
         self.checkpoint = checkpoint if markers == "input" else None
+        # A stateful producer (epic deploy): its markers are what the node forwarded, read from
+        # its state snapshots, not its inputs' (a merge's frontier, an operator's watermark hold).
+        self.state_dir = (opts.get("state_dir") or None) if markers == "input" else None
         arrow_schema = to_arrow_schema(schema)
         self.topic = Topic.create(path, arrow_schema, time_column=opts.get("time_column") or None,
                                   time_unit=opts.get("time_unit", "ms"), exist_ok=True)
@@ -111,6 +124,14 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
                     continue
                 if writer is None:
                     watermark, eos, step = self._batch_markers(batch_id)
+                    if self.state_dir is not None:
+                        from epic.spark.tasks import partition_marker
+
+                        # The snapshot of this partition's node task of this batch: written
+                        # before the task yielded its first row.
+                        own = partition_marker(self.state_dir, part, batch_id)
+                        if own is not None:
+                            watermark, eos = own
                     writer = self.topic.open_temp(producer=self.producer, batch_id=batch_id,
                                                   part=part, watermark=watermark, eos=eos,
                                                   step=step)
@@ -119,13 +140,27 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
             if writer is not None:
                 writer.discard()
             raise
-        return TopicCommitMessage(writer.close() if writer is not None else None)
+        if writer is None:
+            return TopicCommitMessage(None)
+        return TopicCommitMessage(writer.close(), writer.meta.watermark, writer.meta.eos)
 
     def commit(self, messages: list[TopicCommitMessage | None], batchId: int) -> None:
         watermark, eos, step = self._batch_markers(batchId)
-        temps = [m.temp for m in messages if m is not None and m.temp is not None]
-        self.topic.commit_batch(self.producer, batchId, temps, watermark=watermark, eos=eos,
-                                step=step)
+        full = sorted((m for m in messages if m is not None and m.temp is not None),
+                      key=lambda m: m.temp.part)
+        after = False
+        if self.state_dir is not None:
+            from epic.spark.tasks import node_marker
+
+            node = node_marker(self.state_dir, batchId)
+            if node is not None:
+                watermark, eos = node
+            # Readers take a batch's markers from its last part; partitions of a keyed node may
+            # have stamped their own: then a marker part closes the batch.
+            live = [m for m in full if m.temp.rows > 0]
+            after = bool(live) and (live[-1].watermark, live[-1].eos) != (watermark, eos)
+        self.topic.commit_batch(self.producer, batchId, [m.temp for m in full],
+                                watermark=watermark, eos=eos, step=step, marker_after=after)
         self._markers.pop(batchId, None)
 
     def abort(self, messages: list[TopicCommitMessage | None], batchId: int) -> None:
