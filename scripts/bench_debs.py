@@ -528,14 +528,14 @@ def run_case(args, case: str, console) -> CaseResult:
     if args.runtime == "deploy" and not res.top_nodes:
         res.progress, res.top_nodes = _progress(_status_doc(work), args.runtime,
                                                            len(case_files(case)))
+    elif args.runtime == "run":
+        res.top_nodes = _run_stats_top(stats)
     if res.status == "ok":
         res.game_done = int(args.game_starts.size)
     elif res.progress.get("min_sink_watermark") is not None:
         res.game_done = game_done(args.game_starts, res.progress["min_sink_watermark"])
     elif res.progress.get("sinks_without_watermark"):
         res.game_done = 0    # a sink had not read anything yet
-    elif args.runtime == "run":
-        res.top_nodes = _run_stats_top(stats)
     try:
         with open(log_path, "rb") as f:
             f.seek(max(0, log_path.stat().st_size - 4000))
