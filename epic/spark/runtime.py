@@ -485,32 +485,16 @@ class _Deploy:
                                    state_dir=state))]
 
     def start_all(self, on_started=None) -> None:
-        if self.fuse:
-            for g in self.groups:
-                if len(g) == 1:
-                    n = g[0]
-                    if isinstance(n, SourceNode):
-                        writers = [(n.name, self.source_query(n))]
-                    elif isinstance(n, SinkNode):
-                        writers = [(n.name, self.sink_query(n))]
-                    else:
-                        writers = self.node_query(n)
-                else:
-                    writers = self.group_query(g)
-                for qname, w in writers:
-                    q = w.start()
-                    self.queries[qname] = q
-                    self._await_first(q)
-                    if on_started:
-                        on_started()
-            return
-        for n in self.order:
-            if isinstance(n, SourceNode):
-                writers = [(n.name, self.source_query(n))]
-            elif isinstance(n, SinkNode):
-                writers = [(n.name, self.sink_query(n))]
+        # One query per group (plan_groups: one node each without --fuse), one after the other.
+        for g in self.groups:
+            if len(g) > 1:
+                writers = self.group_query(g)
+            elif isinstance(g[0], SourceNode):
+                writers = [(g[0].name, self.source_query(g[0]))]
+            elif isinstance(g[0], SinkNode):
+                writers = [(g[0].name, self.sink_query(g[0]))]
             else:
-                writers = self.node_query(n)
+                writers = self.node_query(g[0])
             for qname, w in writers:
                 q = w.start()
                 self.queries[qname] = q
