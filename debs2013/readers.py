@@ -67,13 +67,20 @@ SHARED_ENV = "EPIC_DEBS_SHARED"
 def shared_dir() -> Path:
     """The directory holding ``metadata.txt`` and ``referee-events/``.
 
-    ``$EPIC_DEBS_SHARED`` if set, else ``../shared/debs2013`` next to the repository root.
+    ``$EPIC_DEBS_SHARED`` if set, else ``../shared/debs2013`` next to the repository root, else
+    the byte-exact copy of those real files shipped in ``debs2013/shared/`` (so a clone anywhere
+    runs).
 
     Raises:
         InputError: the directory does not exist (set ``EPIC_DEBS_SHARED`` to fix it).
     """
     env = os.environ.get(SHARED_ENV)
-    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "debs2013"
+    if env:
+        path = Path(env)
+    else:
+        path = Path(__file__).resolve().parents[1].parent / "shared" / "debs2013"
+        if not path.is_dir():
+            path = Path(__file__).resolve().parent / "shared"
     if not path.is_dir():
         raise InputError(f"DEBS 2013 side files not found; set {SHARED_ENV} to the directory "
                          "holding metadata.txt and referee-events/", path=str(path))
