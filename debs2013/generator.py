@@ -66,6 +66,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from debs2013.readers import shared_path
+
 __all__ = ["GeneratorConfig", "GenerationResult", "generate_game", "truth_path_for"]
 
 # --- Spec section 11 constants (a private copy; debs2013/constants.py is the shared home) ----------
@@ -108,7 +110,7 @@ CENTRE = (26.24, 0.0)
 # Referee files spell three names differently from the metadata (spec section 2).
 _NAME_FIX = {"niklas welzlein": "Niklas Waelzlein", "willi sommer": "Wili Sommer",
              "ben muller": "Ben Mueller", "ben muller ": "Ben Mueller"}
-DEFAULT_REFEREE_DIR = Path(__file__).resolve().parents[2] / "shared" / "debs2013" / "referee-events"
+DEFAULT_REFEREE_DIR = shared_path() / "referee-events"
 
 # Speed classes (m/s) for free running, kept clear of the Q1 class edges (1, 11, 14, 17, 24 km/h).
 _CLASS_SPEEDS = {"standing": (0.0, 0.0), "trot": (0.6, 2.8), "low": (3.15, 3.75),

@@ -64,6 +64,15 @@ __all__ = [
 SHARED_ENV = "EPIC_DEBS_SHARED"
 
 
+def shared_path() -> Path:
+    """Where :func:`shared_dir` looks (without checking that it exists)."""
+    env = os.environ.get(SHARED_ENV)
+    if env:
+        return Path(env)
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "debs2013"
+    return path if path.is_dir() else Path(__file__).resolve().parent / "shared"
+
+
 def shared_dir() -> Path:
     """The directory holding ``metadata.txt`` and ``referee-events/``.
 
@@ -74,13 +83,7 @@ def shared_dir() -> Path:
     Raises:
         InputError: the directory does not exist (set ``EPIC_DEBS_SHARED`` to fix it).
     """
-    env = os.environ.get(SHARED_ENV)
-    if env:
-        path = Path(env)
-    else:
-        path = Path(__file__).resolve().parents[1].parent / "shared" / "debs2013"
-        if not path.is_dir():
-            path = Path(__file__).resolve().parent / "shared"
+    path = shared_path()
     if not path.is_dir():
         raise InputError(f"DEBS 2013 side files not found; set {SHARED_ENV} to the directory "
                          "holding metadata.txt and referee-events/", path=str(path))
