@@ -36,12 +36,19 @@ def register(app: typer.Typer) -> None:
                ui: bool = typer.Option(False, "--ui", help="Start the Spark UI."),
                fuse: bool = typer.Option(False, "--fuse",
                                          help="Run chains of nodes in one query each (docs/deploy.md)."),
+               io: str = typer.Option("direct", "--io",
+                                      help="direct: tasks read and write the topic files, Spark "
+                                           "carries commit messages; rows: every row goes "
+                                           "through Spark (docs/deploy.md)."),
                progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                        help="Live per-node table (default: on "
                                                             "a terminal)."),
                batch_rows: int = typer.Option(1_000_000, "--batch-rows",
                                               help="Rows per micro-batch from a source or "
                                                    "topic."),
+               trigger: float = typer.Option(0.1, "--trigger",
+                                             help="Seconds between micro-batch triggers of each "
+                                                  "query."),
                partitions: Optional[int] = typer.Option(None, "--partitions",
                                                         help="Partitions of keyed stateful "
                                                              "nodes (fixed at first start)."),
@@ -63,9 +70,10 @@ def register(app: typer.Typer) -> None:
             from epic.spark.runtime import deploy as run_deploy
 
             show = sys.stderr.isatty() if progress is None else progress
-            result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse, progress=show,
+            result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse, io=io,
+                                progress=show,
                                 console=err, batch_rows=batch_rows, partitions=partitions,
-                                timeout=timeout)
+                                trigger_interval=trigger, timeout=timeout)
         except EpicError as exc:
             err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=1)

@@ -80,13 +80,14 @@ def plan_modes(topology: Topology) -> dict[str, str]:
     return out
 
 
-def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
+def plan_groups(topology: Topology, fuse: bool = True, split_tails: bool = False) -> list[list]:
     """The nodes each query runs, in topological order of their first node (``--fuse``).
 
     A node joins the group of the node producing its single input when that producer has no
     other consumer, neither is a splitstream or a merge, the group does not end in a sink yet, and
     the group then holds at most one stateful node (window, process, combine). A source may head a
-    group; a sink ends one. Without ``fuse`` every node is its own group.
+    group; a sink ends one. With ``split_tails`` (``--io direct``, where a query writes several
+    topics) a splitstream may also end a group. Without ``fuse`` every node is its own group.
     """
     order = topology.topological_order()
     if not fuse:
@@ -101,7 +102,8 @@ def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
     for n in order:
         ins = list(n.inputs)
         g = None
-        if len(ins) == 1 and not isinstance(n, (SplitNode, MergeNode)):
+        if len(ins) == 1 and not isinstance(n, MergeNode) and (
+                split_tails or not isinstance(n, SplitNode)):
             p = topology.node(ins[0].node)
             pg = group_of.get(p.name)
             if (pg is not None and pg[-1] is p and not isinstance(p, (SplitNode, SinkNode))
@@ -128,11 +130,13 @@ def _route_split(node: SplitNode) -> bool:
     return all(s.schema.equals(first) for s in node.outputs)
 
 
-def _stream_topic(workdir: str, stream: Stream, topology: Topology) -> tuple[str, int | None]:
-    """Topic path of ``stream`` and the ``_port`` to filter on (None: the topic is the stream)."""
+def _stream_topic(workdir: str, stream: Stream, topology: Topology,
+                  per_port: bool = False) -> tuple[str, int | None]:
+    """Topic path of ``stream`` and the ``_port`` to filter on (None: the topic is the stream).
+    ``per_port``: every splitstream writes one topic per output (``--io direct``)."""
     node = topology.node(stream.node)
     if isinstance(node, SplitNode):
-        if _route_split(node):
+        if _route_split(node) and not per_port:
             return f"{workdir}/topics/{node.name}", stream.port
         return f"{workdir}/topics/{node.name}.{stream.port}", None
     return f"{workdir}/topics/{node.name}", None
@@ -203,8 +207,11 @@ def _importable(module: str) -> bool:
 
 class _Deploy:
     def __init__(self, topology: Topology, workdir: str, *, spark, batch_rows: int,
-                 trigger_interval: float, partitions: int, fuse: bool = False):
+                 trigger_interval: float, partitions: int, fuse: bool = False,
+                 io: str = "direct"):
         self.t = topology
+        self.io = io
+        self.direct = io == "direct"
         self.workdir = workdir
         self.spark = spark
         self.batch_rows = batch_rows
@@ -216,7 +223,7 @@ class _Deploy:
         self.tag = uuid.uuid4().hex[:8]
         self.sources = [n for n in self.order if isinstance(n, SourceNode)]
         self.fuse = fuse
-        self.groups = plan_groups(topology, fuse)
+        self.groups = plan_groups(topology, fuse, split_tails=self.direct)
         # Nodes whose output stays inside a fused query: no topic.
         self.internal = {n.name for g in self.groups for n in g[:-1]}
 
@@ -227,6 +234,10 @@ class _Deploy:
     def out_topic(self, node) -> str:
         return f"{self.workdir}/topics/{node.name}"
 
+    def routed(self, node) -> bool:
+        """Whether splitstream ``node`` writes one topic with a ``_port`` column."""
+        return _route_split(node) and not self.direct
+
     def sink_topic(self, node) -> str:
         return f"{self.workdir}/sinks/{node.name}"
 
@@ -235,7 +246,7 @@ class _Deploy:
         for n in self.order:
             if isinstance(n, SinkNode) or n.name in self.internal:
                 continue
-            if isinstance(n, SplitNode) and _route_split(n):
+            if isinstance(n, SplitNode) and self.routed(n):
                 specs = [(self.out_topic(n), topic_schema(n.outputs[0].schema, port=True),
                           n.outputs[0])]
             elif isinstance(n, SplitNode):
@@ -260,7 +271,7 @@ class _Deploy:
         from epic.spark.topic_source import FORMAT, register
 
         register(self.spark)
-        path, port = _stream_topic(self.workdir, stream, self.t)
+        path, port = _stream_topic(self.workdir, stream, self.t, per_port=self.direct)
         r = (self.spark.readStream.format(FORMAT).option("path", path)
              .option("max_rows_per_trigger", str(self.batch_rows)))
         if position:
@@ -484,10 +495,105 @@ class _Deploy:
         return [(qname, self.write(df, members[-1], self.out_topic(members[-1]), qname,
                                    state_dir=state))]
 
+    def direct_query(self, group: list):
+        """One query running ``group`` with direct I/O (:mod:`epic.spark.direct`): its tasks read
+        the input files, run the nodes and write the outputs; Spark carries one commit message
+        per task and output."""
+        from epic.sinks import CsvSink, ParquetSink, TopicSink
+        from epic.spark.direct import (GroupPlan, Output, _Input, make_commit_sink,
+                                       make_group_source)
+        from epic.spark.sink_query import make_file_sink_data_source
+        from epic.spark.source_query import make_source_data_source
+        from epic.spark.tasks import TaskSpec
+        from epic.spark.topic_sink import TopicStreamWriter
+        from epic.spark.topic_source import TopicStreamReader
+
+        qname = group_name(group)
+        ckpt = self.ckpt(qname)
+        safe = re.sub(r"\W", "_", qname)
+        head = group[0]
+        sink = group[-1] if isinstance(group[-1], SinkNode) else None
+        members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
+        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
+        pre = members if k is None else members[:k]
+        st = None if k is None else members[k]
+        post = [] if k is None else members[k + 1:]
+        state = None if st is None else f"{self.workdir}/state/{st.name}"
+        producer = qname.replace("+", "__")
+
+        if isinstance(head, SourceNode):
+            cls = make_source_data_source(
+                head, name=f"epic_src_{self.tag}_{safe}", schema=topic_schema(head.output.schema),
+                source_index=self.sources.index(head), n_sources=len(self.sources),
+                batch_rows=self.batch_rows, parallelism=self.partitions, workdir=self.workdir)
+            inputs = [_Input("source", cls({}).streamReader(None))]
+            ids = [f"source:{head.name}"]
+        else:
+            inputs, ids = [], []
+            for s_ in head.inputs:
+                path, _ = _stream_topic(self.workdir, s_, self.t, per_port=True)
+                topic = Topic.open(path)
+                inputs.append(_Input("topic", TopicStreamReader(
+                    topic, None, {"max_rows_per_trigger": str(self.batch_rows)})))
+                ids.append(topic.manifest.topic_id)
+
+        def spec(n):
+            split = isinstance(n, SplitNode)
+            return TaskSpec(node=n, mode=self.modes[n.name],
+                            in_schemas=[x.schema for x in n.inputs],
+                            out_schema=topic_schema((n.outputs[0] if split else n.output).schema),
+                            input_topics=ids, checkpoint=ckpt,
+                            state_dir=f"{self.workdir}/state/{n.name}", workdir=self.workdir,
+                            port_schemas=([topic_schema(x.schema) for x in n.outputs]
+                                          if split else None))
+
+        def topic_writer(path: str) -> TopicStreamWriter:
+            opts = {"producer": producer, "checkpoint": ckpt}
+            if state is not None:
+                opts["state_dir"] = state
+            return TopicStreamWriter(path, _spark_schema(Topic.open(path).schema), opts)
+
+        last = members[-1] if members else head
+        if sink is not None and isinstance(sink.sink, (CsvSink, ParquetSink)):
+            cls = make_file_sink_data_source(sink, name=f"epic_file_{self.tag}_{safe}",
+                                             checkpoint=ckpt, workdir=self.workdir)
+            outputs = [Output("file", cls({}).streamWriter(None, False), sink=sink)]
+        elif sink is not None:
+            out = sink.sink.output_schema(sink.input.schema)
+            path = sink.sink.path if isinstance(sink.sink, TopicSink) else self.sink_topic(sink)
+            Topic.create(path, out, time_column=sink.input.time if sink.input.time in out.names
+                         else None, time_unit=sink.input.unit, exist_ok=True)
+            outputs = [Output("topic", topic_writer(path), sink=sink)]
+        elif isinstance(last, SplitNode):
+            outputs = [Output("topic", topic_writer(f"{self.workdir}/topics/{last.name}.{x.port}"),
+                              port=x.port) for x in last.outputs]
+        else:
+            outputs = [Output("topic", topic_writer(self.out_topic(last)))]
+
+        plan = GroupPlan(
+            name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
+            pre=[spec(n) for n in pre], st=None if st is None else spec(st),
+            post=[spec(n) for n in post],
+            key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
+            partitions=self.partitions, outputs=outputs,
+            split=sink is None and isinstance(last, SplitNode),
+            spool=f"{self.workdir}/spool/{safe}")
+        src = make_group_source(plan, inputs, name=f"epic_group_{self.tag}_{safe}",
+                                batch_rows=self.batch_rows)
+        dst = make_commit_sink(outputs, name=f"epic_commit_{self.tag}_{safe}")
+        self.spark.dataSource.register(src)
+        self.spark.dataSource.register(dst)
+        w = (self.spark.readStream.format(src.name()).load().writeStream.format(dst.name())
+             .option("checkpointLocation", ckpt).queryName(qname)
+             .trigger(processingTime=self.trigger))
+        return [(qname, w)]
+
     def start_all(self, on_started=None) -> None:
         # One query per group (plan_groups: one node each without --fuse), one after the other.
         for g in self.groups:
-            if len(g) > 1:
+            if self.direct:
+                writers = self.direct_query(g)
+            elif len(g) > 1:
                 writers = self.group_query(g)
             elif isinstance(g[0], SourceNode):
                 writers = [(g[0].name, self.source_query(g[0]))]
@@ -648,7 +754,7 @@ class _Stats:
 def _topic_rows(d: _Deploy, node, producer: str) -> int:
     total = 0
     paths = ([f"{d.workdir}/topics/{node.name}.{s.port}" for s in node.outputs]
-             if isinstance(node, SplitNode) and not _route_split(node) else [d.out_topic(node)])
+             if isinstance(node, SplitNode) and not d.routed(node) else [d.out_topic(node)])
     for p in paths:
         try:
             total += sum(s.rows for s in Topic.open(p).segments() if s.producer == producer)
@@ -690,7 +796,8 @@ def _check_workdir(workdir: str) -> str:
     return wd
 
 
-def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False) -> int:
+def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
+              io: str = "direct") -> int:
     p = os.path.join(wd, "deploy.json")
     if os.path.exists(p):
         with open(p) as f:
@@ -701,17 +808,22 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False) 
         if bool(m.get("fuse", False)) != bool(fuse):
             raise EpicError(f"{wd} was deployed {'with' if m.get('fuse') else 'without'} --fuse;"
                             " rerun it the same way (its checkpoints are per query)")
+        if m.get("io", "rows") != io:
+            raise EpicError(f"{wd} was deployed with --io {m.get('io', 'rows')}; rerun it the same"
+                            " way (the topics' layout and the state's partitions differ)")
         return int(m["partitions"])
     doc = {"topology": topology.name, "partitions": partitions,
            "nodes": [n.name for n in topology.topological_order()]}
     if fuse:
         doc["fuse"] = True
+    doc["io"] = io
     _atomic_json(p, doc)
     return partitions
 
 
 def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: bool = False,
-           fuse: bool = False, progress: bool = False, console=None, spark=None,
+           fuse: bool = False, io: str = "direct", progress: bool = False, console=None,
+           spark=None,
            batch_rows: int = 1_000_000, partitions: int | None = None,
            trigger_interval: float = 0.1, poll_interval: float = 0.25,
            timeout: float | None = None) -> DeployResult:
@@ -729,6 +841,10 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         ui: start the Spark UI.
         fuse: run chains of nodes in one query each (:func:`plan_groups`, docs/deploy.md); the
             work directory must always be deployed with the same choice.
+        io: ``direct`` (default): tasks read and write the topic files themselves and Spark
+            carries one commit message per task (:mod:`epic.spark.direct`); ``rows``: every row
+            goes through Spark (``mapInArrow``, Python data source sinks). Fixed per work
+            directory.
         progress: show a live per-node table (rich).
         console: rich console for progress (default: standard error).
         spark: an existing SparkSession to use (tests share one).
@@ -747,6 +863,8 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     from pyspark import cloudpickle
 
     topology.validate(warn=False)
+    if io not in ("direct", "rows"):
+        raise EpicError(f"io={io!r}; use direct or rows")
     wd = _check_workdir(workdir)
     for sub in ("topics", "checkpoints", "state", "sinks"):
         os.makedirs(os.path.join(wd, sub), exist_ok=True)
@@ -762,14 +880,14 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         spark = build_session(master, ui=ui)
     if partitions is None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    partitions = _manifest(wd, topology, partitions, fuse)
+    partitions = _manifest(wd, topology, partitions, fuse, io)
     for m in _user_modules(topology):
         try:
             cloudpickle.register_pickle_by_value(sys.modules[m])
         except (ValueError, KeyError):
             pass
     d = _Deploy(topology, wd, spark=spark, batch_rows=batch_rows,
-                trigger_interval=trigger_interval, partitions=partitions, fuse=fuse)
+                trigger_interval=trigger_interval, partitions=partitions, fuse=fuse, io=io)
     d.create_topics()
     stats = _Stats(d)
     status_path = os.path.join(wd, STATUS)

@@ -42,6 +42,12 @@ class _Part(WriterCommitMessage):
     rows: int
 
 
+def part_message(path: str | None, part: int, rows: int) -> WriterCommitMessage:
+    """The commit message of a CSV / Parquet write task (rebuilt by ``--io direct``'s committer
+    from its msgpack form)."""
+    return _Part(path, part, rows)
+
+
 def read_sidecar(path: str) -> dict | None:
     """The commit record of a file sink (None before its first commit)."""
     try:

@@ -68,6 +68,25 @@ class TaskSpec:
     state_dir: str
     port: int | None = None
     workdir: str = ""
+    port_schemas: list | None = None
+
+
+class PortBatch(tuple):
+    """``(port, batch)``: a splitstream's output for one port, when its outputs go to one topic
+    each written by the task itself (``epic deploy --io direct``)."""
+
+    __slots__ = ()
+
+    def __new__(cls, port: int, batch: pa.RecordBatch):
+        return tuple.__new__(cls, (port, batch))
+
+    @property
+    def port(self) -> int:
+        return self[0]
+
+    @property
+    def batch(self) -> pa.RecordBatch:
+        return self[1]
 
 
 class StateStore:
@@ -205,7 +224,11 @@ def _emit(spec: TaskSpec, outs, step_tag: int, wm: int | None) -> Iterator[pa.Re
             if spec.port is not None and port != spec.port:
                 continue
             for b in batches:
-                if b.num_rows:
+                if not b.num_rows:
+                    continue
+                if spec.port_schemas is not None:
+                    yield PortBatch(port, with_tags(b, spec.port_schemas[port], step_tag, wm))
+                else:
                     yield with_tags(b, spec.out_schema, step_tag, wm,
                                     None if spec.port is not None else port)
         return

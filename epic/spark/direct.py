@@ -1,0 +1,421 @@
+"""Direct I/O (``epic deploy --io direct``, the default): tasks read and write the topics.
+
+In the *rows* mode (:mod:`epic.spark.runtime`, ``--io rows``) every row crosses Spark: a topic
+source yields Arrow batches that Spark turns into its row format, ``mapInArrow`` turns them back
+into Arrow for the node and its output into rows again, and the topic sink turns those into Arrow
+once more. On two cores that conversion costs several times the operators' own work (measured in
+``docs/performance.md``).
+
+In the direct mode a query still is one Spark Structured Streaming query per node (or per fused
+group of nodes), with Spark's offset log, commit log, checkpoints and task scheduling, but the rows
+never enter Spark:
+
+- The query's source is a Python data source over the group's inputs (one or more topics, or an
+  epic source). Its planner plans micro-batches exactly as the topic source and the source query do
+  (offsets are theirs; several inputs: ``{"epic_group": name, "inputs": [offset, ...]}``) and hands
+  each task a list of segment files: the input topics' segments, or for an epic source the batches
+  its planner parsed, spooled to ``<workdir>/spool/<query>/`` (deleted once the batch commits).
+- The task reads those files (memory-mapped Arrow), runs the group's nodes (the same functions as
+  the rows mode: :func:`epic.spark.tasks._run_stateless` / ``_run_stateful``, the same tags,
+  snapshots and markers), and writes the output itself with the same writers the rows mode uses as
+  Spark sinks (:class:`~epic.spark.topic_sink.TopicStreamWriter`, the CSV / Parquet writer of
+  :mod:`epic.spark.sink_query`): temp segments or part files. It yields one small row per output:
+  the writer's commit message, msgpack-encoded.
+- The query's sink is a Python data source whose ``commit(messages, batch_id)`` hands those commit
+  messages to the same writers' ``commit``: the exactly-once protocol is the rows mode's
+  (idempotent per producer and batch id; replays drop their temps).
+
+Partitions of a task list: a keyed stateful node gets ``partitions`` tasks per micro-batch, each
+reading every segment and keeping the rows whose key hashes to it
+(:func:`epic.spark.source_query.key_partition`); a global one one task; a stateless group up to
+``partitions`` tasks over contiguous runs of segments. A splitstream writes one topic per output, so
+a consumer reads only its own rows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import msgpack
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader,
+                                    InputPartition, WriterCommitMessage)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from epic.spark.session import freeze_gc_once
+from epic.spark.tags import IN, POS
+
+__all__ = ["Output", "GroupPlan", "make_group_source", "make_commit_sink", "PTR_SCHEMA"]
+
+PTR = "ptr"
+#: The only rows Spark sees: one msgpack-encoded commit message per task and output.
+PTR_SCHEMA = pa.schema([pa.field(PTR, pa.binary())])
+
+
+@dataclass
+class Output:
+    """One output of a group: a writer (pickled to tasks; its ``commit`` runs on the driver).
+
+    Attributes:
+        kind: ``topic`` (a :class:`~epic.spark.topic_sink.TopicStreamWriter`) or ``file`` (the
+            CSV / Parquet writer of :func:`epic.spark.sink_query.make_file_sink_data_source`).
+        writer: the writer.
+        port: for a splitstream's outputs, the port whose rows go here.
+        sink: a collect / console / topic sink node whose columns (and delay columns) the rows
+            get before they are written, None otherwise.
+    """
+
+    kind: str
+    writer: object
+    port: int | None = None
+    sink: object = None
+
+
+@dataclass
+class GroupPlan:
+    """What the tasks of a direct query run (pickled with the reader).
+
+    Attributes:
+        name: the query name.
+        workdir: the deploy's work directory.
+        merge: the head has several inputs (a merge, a combine): rows get an ``_in`` column,
+            their input's index.
+        pre: stateless :class:`~epic.spark.tasks.TaskSpec` run before the stateful node.
+        st: the stateful node's spec, or None.
+        post: stateless specs after it.
+        key: key columns of a keyed stateful node (None: global or no stateful node).
+        partitions: tasks per micro-batch of a keyed node; at most this many for a stateless group.
+        outputs: the group's outputs (several for a splitstream at its end).
+        split: the last node is a splitstream writing one topic per port.
+    """
+
+    name: str
+    workdir: str
+    merge: bool
+    pre: list
+    st: object
+    post: list
+    key: tuple | None
+    partitions: int
+    outputs: list
+    split: bool = False
+    spool: str = ""
+    inputs: list = field(default_factory=list)
+
+
+class GroupPartition(InputPartition):
+    """The files one task reads: ``(input index, path, kind)`` with kind ``topic`` or ``spool``;
+    ``key_part``: the hash partition a keyed node's task keeps (None: every row)."""
+
+    def __init__(self, index: int, items: tuple, key_part: int | None):
+        super().__init__(index)
+        self.part = index
+        self.items = items
+        self.key_part = key_part
+
+
+# -- executor side -------------------------------------------------------------------------------
+
+def _read_items(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
+    for i, path, _kind in part.items:
+        # Memory-mapped: the batches reference the page cache (a file deleted meanwhile, by
+        # retention or a committed spool, stays readable while mapped).
+        for b in pa.ipc.open_stream(pa.memory_map(path, "r")):
+            if not b.num_rows:
+                continue
+            b = b.replace_schema_metadata(None)
+            if plan.merge:
+                b = b.append_column(IN, pa.array(np.full(b.num_rows, i, dtype=np.int64)))
+            yield b
+
+
+def _positioned(it, key: tuple | None, parts: int, key_part: int | None):
+    """Rows with a ``_pos`` column (their order in the task: every task of a micro-batch reads
+    the same files in the same order, so positions are the same in every task and on a replay),
+    keeping only the rows of hash partition ``key_part`` for a keyed node."""
+    from epic.spark.source_query import key_partition
+
+    n = 0
+    for b in it:
+        if not b.num_rows:
+            continue
+        pos = np.arange(n, n + b.num_rows, dtype=np.int64)
+        n += b.num_rows
+        b = b.append_column(POS, pa.array(pos))
+        if key is not None:
+            keep = np.flatnonzero(key_partition(b, key, parts) == key_part)
+            if len(keep) == 0:
+                continue
+            if len(keep) != b.num_rows:
+                b = b.take(pa.array(keep))
+        yield b
+
+
+def _shape(sink_node, it) -> Iterator[pa.RecordBatch]:
+    """Rows of a collect / console / topic sink: its output columns, delay columns filled."""
+    import time
+
+    from epic.operator import ENTRY_COLUMN
+
+    sink = sink_node.sink
+    out = sink.output_schema(sink_node.input.schema)
+    for b in it:
+        if not b.num_rows:
+            continue
+        cols = []
+        for f in out:
+            if sink.delays and f.name == sink.delay_columns[0]:
+                cols.append(b.column(ENTRY_COLUMN))
+            elif sink.delays and f.name == sink.delay_columns[1]:
+                cols.append(pa.array(np.full(b.num_rows, time.time_ns(), dtype=np.int64)))
+            else:
+                c = b.column(f.name)
+                cols.append(c if c.type == f.type else c.cast(f.type))
+        yield pa.RecordBatch.from_arrays(cols, schema=out)
+
+
+def _encode(index: int, msg) -> bytes:
+    from epic.spark.topic_sink import TopicCommitMessage
+
+    if isinstance(msg, TopicCommitMessage):
+        t = msg.temp
+        return msgpack.packb({"o": index, "k": "topic", "wm": msg.watermark, "eos": msg.eos,
+                              "temp": None if t is None else
+                              [t.path, t.producer, t.batch_id, t.part, t.rows]})
+    return msgpack.packb({"o": index, "k": "file", "path": msg.path, "part": msg.part,
+                          "rows": msg.rows})
+
+
+def _decode(data: bytes):
+    from epic.spark.sink_query import part_message
+    from epic.spark.topic_sink import TopicCommitMessage
+    from epic.topics import TempSegment
+
+    d = msgpack.unpackb(data)
+    if d["k"] == "topic":
+        t = d["temp"]
+        return d["o"], TopicCommitMessage(None if t is None else TempSegment(*t), d["wm"],
+                                          bool(d["eos"]))
+    return d["o"], part_message(d["path"], d["part"], d["rows"])
+
+
+def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
+    """A task: read the partition's files, run the group, write its outputs; yield the commit
+    messages as pointer rows."""
+    from epic.spark.tasks import _run_stateful, _run_stateless
+
+    freeze_gc_once()
+    it = _read_items(plan, part)
+    for spec in plan.pre:
+        it = _run_stateless(spec, it)
+    if plan.st is not None:
+        it = _positioned(it, plan.key, plan.partitions, part.key_part)
+        it = _run_stateful(plan.st, it)
+        for spec in plan.post:
+            it = _run_stateless(spec, it)
+    msgs = []
+    if plan.split:
+        by_port: dict[int, list] = {}
+        for pb in it:
+            by_port.setdefault(pb.port, []).append(pb.batch)
+        for i, o in enumerate(plan.outputs):
+            msgs.append(_encode(i, o.writer.write(iter(by_port.get(o.port, ())))))
+    else:
+        o = plan.outputs[0]
+        src = it if o.sink is None or o.kind == "file" else _shape(o.sink, it)
+        msgs.append(_encode(0, o.writer.write(src)))
+    yield pa.RecordBatch.from_arrays([pa.array(msgs, pa.binary())], schema=PTR_SCHEMA)
+
+
+# -- planner -------------------------------------------------------------------------------------
+
+class _Input:
+    """One input of a group's reader: a topic (planned by a
+    :class:`~epic.spark.topic_source.TopicStreamReader`) or an epic source (planned by the
+    source query's reader, its batches spooled to files)."""
+
+    def __init__(self, kind: str, planner):
+        self.kind = kind
+        self.planner = planner
+
+
+def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: int):
+    """A ``DataSource`` class (format ``name``) whose stream reader plans ``inputs`` (``_Input``)
+    and whose tasks run :func:`run_partition`. Each micro-batch reads at most about
+    ``batch_rows`` rows of each input."""
+    single = len(inputs) == 1
+
+    class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self):
+            self.inputs = inputs
+            self.plan = plan
+
+        def __getstate__(self):
+            # Tasks need the plan only; the planners (open sources, caches) stay in the planner.
+            return {"plan": self.plan}
+
+        def __setstate__(self, state):
+            self.plan = state["plan"]
+            self.inputs = None
+
+        def _combine(self, offs: list) -> dict:
+            return offs[0] if single else {"epic_group": plan.name, "inputs": offs}
+
+        def _split(self, off: dict) -> list:
+            return [off] if single else list(off["inputs"])
+
+        def initialOffset(self):
+            return self._combine([x.planner.initialOffset() for x in self.inputs])
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            return ReadMaxRows(batch_rows)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            for x in self.inputs:
+                x.planner.prepareForTriggerAvailableNow()
+
+        def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+            return self._combine([x.planner.latestOffset(s, limit)
+                                  for x, s in zip(self.inputs, self._split(start))])
+
+        def partitions(self, start: dict, end: dict):
+            items, rows = [], []
+            for i, (x, a, b) in enumerate(zip(self.inputs, self._split(start), self._split(end))):
+                if x.kind == "topic":
+                    for p in x.planner.partitions(a, b):
+                        items.append((i, p.path, "topic"))
+                        rows.append(p.rows)
+                else:
+                    for j, p in enumerate(x.planner.partitions(a, b)):
+                        if not p.payload:
+                            continue
+                        path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, p.payload)
+                        items.append((i, path, "spool"))
+                        rows.append(len(p.payload))
+            items = tuple(items)
+            if plan.st is not None and plan.key is not None:
+                return [GroupPartition(p, items, p) for p in range(max(1, plan.partitions))]
+            if plan.st is not None or len(items) <= 1:
+                return [GroupPartition(0, items, None)]
+            # Stateless: contiguous runs of files, balanced by rows (file order is stream order
+            # and the topic sink commits the parts in partition order).
+            n = min(max(1, plan.partitions), len(items))
+            per = max(1, -(-sum(rows) // n))
+            out, cur, acc = [], [], 0
+            for it, r in zip(items, rows):
+                cur.append(it)
+                acc += r
+                if acc >= per and len(out) < n - 1:
+                    out.append(GroupPartition(len(out), tuple(cur), None))
+                    cur, acc = [], 0
+            if cur:
+                out.append(GroupPartition(len(out), tuple(cur), None))
+            return out
+
+        def commit(self, end: dict) -> None:
+            for x, e in zip(self.inputs, self._split(end)):
+                x.planner.commit(e)
+                if x.kind == "source":
+                    _unspool(plan.spool, int(e["seq"]))
+
+        def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
+            yield from run_partition(self.plan, partition)
+
+    class _Source(DataSource):
+        @classmethod
+        def name(cls):
+            return name
+
+        def schema(self):
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            return from_arrow_schema(PTR_SCHEMA)
+
+        def streamReader(self, schema):
+            return _Reader()
+
+    _Source.__name__ = f"EpicGroup_{plan.name.replace('+', '__').replace('-', '_')}"
+    return _Source
+
+
+def _spool(root: str, a: int, b: int, j: int, payload: bytes) -> str:
+    """Write a planned source batch (Arrow IPC stream bytes) where its tasks read it: atomically,
+    the same bytes on a replay."""
+    import uuid
+
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, f"{a:012d}-{b:012d}.{j}.arrow")
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(payload)
+    os.replace(tmp, path)
+    return path
+
+
+def _unspool(root: str, end: int) -> None:
+    """Delete the spool files of batches that end at or before ``end`` (committed)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return
+    for n in names:
+        if n.endswith(".arrow"):
+            try:
+                b = int(n.split(".")[0].split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if b <= end:
+                try:
+                    os.remove(os.path.join(root, n))
+                except OSError:
+                    pass
+
+
+# -- committer -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Pointers(WriterCommitMessage):
+    data: tuple
+
+
+def make_commit_sink(outputs: list, *, name: str):
+    """A ``DataSource`` class (format ``name``) whose writer commits the outputs' messages that
+    the group's tasks wrote (:func:`run_partition`), output by output, with the outputs' writers."""
+
+    class _Writer(DataSourceStreamArrowWriter):
+        def write(self, iterator) -> _Pointers:
+            got = []
+            for b in iterator:
+                got.extend(b.column(0).to_pylist())
+            return _Pointers(tuple(got))
+
+        def _by_output(self, messages) -> list[list]:
+            per = [[] for _ in outputs]
+            for m in messages or ():
+                if m is None:
+                    continue
+                for data in m.data:
+                    i, msg = _decode(data)
+                    per[i].append(msg)
+            return per
+
+        def commit(self, messages, batchId: int) -> None:
+            for o, ms in zip(outputs, self._by_output(messages)):
+                o.writer.commit(ms, batchId)
+
+        def abort(self, messages, batchId: int) -> None:
+            for o, ms in zip(outputs, self._by_output(messages)):
+                o.writer.abort(ms, batchId)
+
+    class _Sink(DataSource):
+        @classmethod
+        def name(cls):
+            return name
+
+        def streamWriter(self, schema, overwrite):
+            return _Writer()
+
+    return _Sink
