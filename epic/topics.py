@@ -734,8 +734,10 @@ class Topic:
     def apply_retention(self) -> list[SegmentInfo]:
         """Delete segments every registered consumer has committed past; return them.
 
-        Nothing is deleted without registered consumers. The newest final segment is always kept:
-        sequence numbers and replay detection continue from it.
+        Nothing is deleted without registered consumers. The newest final segment, and every part
+        of each producer's newest batch, are always kept: sequence numbers continue from the
+        former, and :meth:`commit_batch` detects a replay of a producer's last batch (a crash
+        between its commit here and the producer's own commit record) by the latter.
         """
         cons = self.consumers()
         if not cons:
@@ -745,7 +747,11 @@ class Topic:
         if not finals:
             return []
         newest = finals[-1].seq
-        doomed = [s for s in finals if s.seq < low and s.seq != newest]
+        last_batch: dict[str, int] = {}
+        for s in finals:
+            last_batch[s.producer] = max(last_batch.get(s.producer, s.batch_id), s.batch_id)
+        doomed = [s for s in finals if s.seq < low and s.seq != newest
+                  and s.batch_id != last_batch[s.producer]]
         self._delete([s.path for s in doomed])
         return doomed
 

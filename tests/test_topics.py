@@ -218,6 +218,23 @@ def test_consumers_and_retention(topic):
     assert set(topic.consumers()) == {"b"}
 
 
+def test_retention_keeps_each_producers_last_batch(topic):
+    """A producer's newest batch survives retention whole, so the replay of that batch (its
+    producer crashed after committing it here) is still recognised and not appended twice."""
+    topic.append([batch([1])], producer="p", batch_id=0)
+    topic.commit_batch("p", 1, [topic.write_temp([batch([2])], producer="p", batch_id=1, part=0),
+                                topic.write_temp([batch([3])], producer="p", batch_id=1, part=1)])
+    topic.append([batch([4])], producer="q", batch_id=0)
+    topic.register_consumer("a")
+    topic.commit_consumer("a", 100)
+    gone = [s.seq for s in topic.apply_retention()]
+    assert gone == [0]
+    assert [(s.producer, s.batch_id) for s in topic.segments()] == [("p", 1), ("p", 1), ("q", 0)]
+    replay = topic.write_temp([batch([2])], producer="p", batch_id=1, part=0)
+    topic.commit_batch("p", 1, [replay])
+    assert topic.read_table().num_rows == 3
+
+
 def test_pyarrow_filesystem_uri(tmp_path):
     """Topics work through a filesystem URI and an explicit pyarrow filesystem."""
     uri = "file://" + str(tmp_path / "u")

@@ -46,6 +46,9 @@ def register(app: typer.Typer) -> None:
                batch_rows: int = typer.Option(1_000_000, "--batch-rows",
                                               help="Rows per micro-batch from a source or "
                                                    "topic."),
+               keep_topics: bool = typer.Option(False, "--keep-topics",
+                                                help="Keep consumed topic segments (direct io "
+                                                     "deletes them once every reader passed)."),
                trigger: float = typer.Option(0.1, "--trigger",
                                              help="Seconds between micro-batch triggers of each "
                                                   "query."),
@@ -71,7 +74,7 @@ def register(app: typer.Typer) -> None:
 
             show = sys.stderr.isatty() if progress is None else progress
             result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse, io=io,
-                                progress=show,
+                                retention=not keep_topics, progress=show,
                                 console=err, batch_rows=batch_rows, partitions=partitions,
                                 trigger_interval=trigger, timeout=timeout)
         except EpicError as exc:

@@ -48,7 +48,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from epic.spark.session import freeze_gc_once
 from epic.spark.tags import IN, POS
 
-__all__ = ["Output", "GroupPlan", "make_group_source", "make_commit_sink", "PTR_SCHEMA"]
+__all__ = ["Output", "Branch", "GroupPlan", "make_group_source", "make_commit_sink", "PTR_SCHEMA"]
 
 PTR = "ptr"
 #: The only rows Spark sees: one msgpack-encoded commit message per task and output.
@@ -75,35 +75,58 @@ class Output:
 
 
 @dataclass
+class Branch:
+    """One chain of nodes a direct query runs over its input rows.
+
+    Attributes:
+        pre: stateless :class:`~epic.spark.tasks.TaskSpec` run before the stateful node.
+        st: the stateful node's spec, or None.
+        post: stateless specs after it.
+        outputs: the chain's outputs (several for a splitstream at its end).
+        split: the last node is a splitstream writing one topic per port.
+    """
+
+    pre: list
+    st: object
+    post: list
+    outputs: list
+    split: bool = False
+
+
+@dataclass
 class GroupPlan:
     """What the tasks of a direct query run (pickled with the reader).
+
+    A query runs one branch per fused group; several when ``--fuse`` puts *siblings* together:
+    groups reading the same input streams whose stateful nodes partition the same way (e.g. the
+    four windows of DEBS Q1 over the same stream, keyed by player). Their tasks read the input
+    once.
 
     Attributes:
         name: the query name.
         workdir: the deploy's work directory.
         merge: the head has several inputs (a merge, a combine): rows get an ``_in`` column,
             their input's index.
-        pre: stateless :class:`~epic.spark.tasks.TaskSpec` run before the stateful node.
-        st: the stateful node's spec, or None.
-        post: stateless specs after it.
-        key: key columns of a keyed stateful node (None: global or no stateful node).
+        key: key columns of the branches' keyed stateful nodes (None: global or stateless).
         partitions: tasks per micro-batch of a keyed node; at most this many for a stateless group.
-        outputs: the group's outputs (several for a splitstream at its end).
-        split: the last node is a splitstream writing one topic per port.
+        branches: the chains.
+        stateful: the branches have a stateful node (all of them or none).
+        spool: where an epic source's planned batches are spooled.
     """
 
     name: str
     workdir: str
     merge: bool
-    pre: list
-    st: object
-    post: list
     key: tuple | None
     partitions: int
-    outputs: list
-    split: bool = False
+    branches: list
+    stateful: bool
     spool: str = ""
-    inputs: list = field(default_factory=list)
+
+    @property
+    def outputs(self) -> list:
+        """Every branch's outputs, in branch order (commit messages index into this list)."""
+        return [o for b in self.branches for o in b.outputs]
 
 
 class GroupPartition(InputPartition):
@@ -203,30 +226,40 @@ def _decode(data: bytes):
 
 
 def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
-    """A task: read the partition's files, run the group, write its outputs; yield the commit
+    """A task: read the partition's files, run each branch, write its outputs; yield the commit
     messages as pointer rows."""
     from epic.spark.tasks import _run_stateful, _run_stateless
 
     freeze_gc_once()
-    it = _read_items(plan, part)
-    for spec in plan.pre:
-        it = _run_stateless(spec, it)
-    if plan.st is not None:
-        it = _positioned(it, plan.key, plan.partitions, part.key_part)
-        it = _run_stateful(plan.st, it)
-        for spec in plan.post:
+    shared = len(plan.branches) > 1
+    rows = list(_read_items(plan, part)) if shared else None
+    keyed = None   # the positioned (and key-filtered) rows, shared by branches without pre
+    msgs, base = [], 0
+    for br in plan.branches:
+        it = iter(rows) if shared else _read_items(plan, part)
+        for spec in br.pre:
             it = _run_stateless(spec, it)
-    msgs = []
-    if plan.split:
-        by_port: dict[int, list] = {}
-        for pb in it:
-            by_port.setdefault(pb.port, []).append(pb.batch)
-        for i, o in enumerate(plan.outputs):
-            msgs.append(_encode(i, o.writer.write(iter(by_port.get(o.port, ())))))
-    else:
-        o = plan.outputs[0]
-        src = it if o.sink is None or o.kind == "file" else _shape(o.sink, it)
-        msgs.append(_encode(0, o.writer.write(src)))
+        if br.st is not None:
+            if br.pre or not shared:
+                it = _positioned(it, plan.key, plan.partitions, part.key_part)
+            else:
+                if keyed is None:
+                    keyed = list(_positioned(it, plan.key, plan.partitions, part.key_part))
+                it = iter(keyed)
+            it = _run_stateful(br.st, it)
+            for spec in br.post:
+                it = _run_stateless(spec, it)
+        if br.split:
+            by_port: dict[int, list] = {}
+            for pb in it:
+                by_port.setdefault(pb.port, []).append(pb.batch)
+            for i, o in enumerate(br.outputs):
+                msgs.append(_encode(base + i, o.writer.write(iter(by_port.get(o.port, ())))))
+        else:
+            o = br.outputs[0]
+            src = it if o.sink is None or o.kind == "file" else _shape(o.sink, it)
+            msgs.append(_encode(base, o.writer.write(src)))
+        base += len(br.outputs)
     yield pa.RecordBatch.from_arrays([pa.array(msgs, pa.binary())], schema=PTR_SCHEMA)
 
 
@@ -296,9 +329,9 @@ def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: i
                         items.append((i, path, "spool"))
                         rows.append(len(p.payload))
             items = tuple(items)
-            if plan.st is not None and plan.key is not None:
+            if plan.stateful and plan.key is not None:
                 return [GroupPartition(p, items, p) for p in range(max(1, plan.partitions))]
-            if plan.st is not None or len(items) <= 1:
+            if plan.stateful or len(items) <= 1:
                 return [GroupPartition(0, items, None)]
             # Stateless: contiguous runs of files, balanced by rows (file order is stream order
             # and the topic sink commits the parts in partition order).

@@ -124,6 +124,39 @@ def group_name(group: list) -> str:
     return "+".join(n.name for n in group)
 
 
+def unit_name(unit: list) -> str:
+    """The query (and checkpoint) name of a unit: its group's name, or for siblings the first
+    group's name and ``~<number of groups>`` (names stay short enough for file names)."""
+    first = group_name(unit[0])
+    return first if len(unit) == 1 else f"{first}~{len(unit)}"
+
+
+def plan_units(topology: Topology, groups: list[list]) -> list[list[list]]:
+    """Groups that share one query (``--fuse`` with direct io): *siblings*, groups that read the
+    same input streams and whose first stateful node is keyed by the same key, or is global, or
+    which have no stateful node. Their tasks then read the input once (the four windows of DEBS
+    Q1 over one stream, keyed by player, are one query). Groups headed by a source or a merge stay
+    alone. Order: by each unit's first group."""
+    modes = plan_modes(topology)
+    units: list[list[list]] = []
+    by_sig: dict[tuple, list] = {}
+    for g in groups:
+        head = g[0]
+        if isinstance(head, (SourceNode, MergeNode)) or len(head.inputs) != 1:
+            units.append([g])
+            continue
+        st = next((n for n in g if modes.get(n.name, "stateless") != "stateless"), None)
+        part = ("none",) if st is None else (
+            ("keyed", tuple(st.key)) if modes[st.name] == "keyed" else ("global",))
+        sig = (tuple((s.node, s.port) for s in head.inputs), part)
+        u = by_sig.get(sig)
+        if u is None:
+            u = by_sig[sig] = []
+            units.append(u)
+        u.append(g)
+    return units
+
+
 def _route_split(node: SplitNode) -> bool:
     """One topic with a ``_port`` column (all outputs share a schema) or one topic per output."""
     first = node.outputs[0].schema
@@ -208,8 +241,9 @@ def _importable(module: str) -> bool:
 class _Deploy:
     def __init__(self, topology: Topology, workdir: str, *, spark, batch_rows: int,
                  trigger_interval: float, partitions: int, fuse: bool = False,
-                 io: str = "direct"):
+                 io: str = "direct", retention: bool = True):
         self.t = topology
+        self.retention = retention and io == "direct"
         self.io = io
         self.direct = io == "direct"
         self.workdir = workdir
@@ -224,6 +258,9 @@ class _Deploy:
         self.sources = [n for n in self.order if isinstance(n, SourceNode)]
         self.fuse = fuse
         self.groups = plan_groups(topology, fuse, split_tails=self.direct)
+        # Queries: with direct io and fuse, sibling groups share one (plan_units).
+        self.units = (plan_units(topology, self.groups) if fuse and self.direct
+                      else [[g] for g in self.groups])
         # Nodes whose output stays inside a fused query: no topic.
         self.internal = {n.name for g in self.groups for n in g[:-1]}
 
@@ -263,6 +300,19 @@ class _Deploy:
                         f"node {n.name!r}: its topic {path} was created by an earlier deploy with "
                         f"another schema ({exc}). The topology changed: deploy into a fresh "
                         "--workdir (or delete this one)") from None
+        if self.retention:
+            # Every reading query registers before any query starts, so that retention never
+            # deletes a segment a query that has not started yet still has to read.
+            for u in self.units:
+                if isinstance(u[0][0], SourceNode):
+                    continue
+                for st in u[0][0].inputs:
+                    path, _ = _stream_topic(self.workdir, st, self.t, per_port=True)
+                    Topic.open(path).register_consumer(self.consumer(u))
+
+    def consumer(self, unit: list) -> str:
+        """The consumer name of a query on its input topics (retention)."""
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", unit_name(unit))
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, stream: Stream, *, position: bool = False):
@@ -495,32 +545,18 @@ class _Deploy:
         return [(qname, self.write(df, members[-1], self.out_topic(members[-1]), qname,
                                    state_dir=state))]
 
-    def direct_query(self, group: list):
-        """One query running ``group`` with direct I/O (:mod:`epic.spark.direct`): its tasks read
-        the input files, run the nodes and write the outputs; Spark carries one commit message
-        per task and output."""
-        from epic.sinks import CsvSink, ParquetSink, TopicSink
-        from epic.spark.direct import (GroupPlan, Output, _Input, make_commit_sink,
-                                       make_group_source)
-        from epic.spark.sink_query import make_file_sink_data_source
+    def direct_query(self, unit: list):
+        """One query running the groups of ``unit`` (one group, or siblings: :func:`plan_units`)
+        with direct I/O (:mod:`epic.spark.direct`): its tasks read the input files, run the nodes
+        and write the outputs; Spark carries one commit message per task and output."""
+        from epic.spark.direct import GroupPlan, _Input, make_commit_sink, make_group_source
         from epic.spark.source_query import make_source_data_source
-        from epic.spark.tasks import TaskSpec
-        from epic.spark.topic_sink import TopicStreamWriter
         from epic.spark.topic_source import TopicStreamReader
 
-        qname = group_name(group)
+        qname = unit_name(unit)
         ckpt = self.ckpt(qname)
         safe = re.sub(r"\W", "_", qname)
-        head = group[0]
-        sink = group[-1] if isinstance(group[-1], SinkNode) else None
-        members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
-        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
-        pre = members if k is None else members[:k]
-        st = None if k is None else members[k]
-        post = [] if k is None else members[k + 1:]
-        state = None if st is None else f"{self.workdir}/state/{st.name}"
-        producer = qname.replace("+", "__")
-
+        head = unit[0][0]
         if isinstance(head, SourceNode):
             cls = make_source_data_source(
                 head, name=f"epic_src_{self.tag}_{safe}", schema=topic_schema(head.output.schema),
@@ -533,9 +569,48 @@ class _Deploy:
             for s_ in head.inputs:
                 path, _ = _stream_topic(self.workdir, s_, self.t, per_port=True)
                 topic = Topic.open(path)
-                inputs.append(_Input("topic", TopicStreamReader(
-                    topic, None, {"max_rows_per_trigger": str(self.batch_rows)})))
+                opts = {"max_rows_per_trigger": str(self.batch_rows)}
+                if self.retention:
+                    # Segments every reader has committed past are deleted (the full DEBS game
+                    # would otherwise keep ~40 GB of intermediate topics).
+                    opts.update(consumer=self.consumer(unit), retention="true")
+                inputs.append(_Input("topic", TopicStreamReader(topic, None, opts)))
                 ids.append(topic.manifest.topic_id)
+        branches = [self._branch(g, ckpt, ids, f"{safe}_{i}") for i, g in enumerate(unit)]
+        st = next((n for n in unit[0] if self.modes.get(n.name, "stateless") != "stateless"),
+                  None)
+        plan = GroupPlan(
+            name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
+            key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
+            partitions=self.partitions, branches=branches, stateful=st is not None,
+            spool=f"{self.workdir}/spool/{safe}")
+        src = make_group_source(plan, inputs, name=f"epic_group_{self.tag}_{safe}",
+                                batch_rows=self.batch_rows)
+        dst = make_commit_sink(plan.outputs, name=f"epic_commit_{self.tag}_{safe}")
+        self.spark.dataSource.register(src)
+        self.spark.dataSource.register(dst)
+        w = (self.spark.readStream.format(src.name()).load().writeStream.format(dst.name())
+             .option("checkpointLocation", ckpt).queryName(qname)
+             .trigger(processingTime=self.trigger))
+        return [(qname, w)]
+
+    def _branch(self, group: list, ckpt: str, ids: list, safe: str):
+        """A fused group as a branch of a direct query: its task specs and output writers."""
+        from epic.sinks import CsvSink, ParquetSink, TopicSink
+        from epic.spark.direct import Branch, Output
+        from epic.spark.sink_query import make_file_sink_data_source
+        from epic.spark.tasks import TaskSpec
+        from epic.spark.topic_sink import TopicStreamWriter
+
+        head = group[0]
+        sink = group[-1] if isinstance(group[-1], SinkNode) else None
+        members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
+        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
+        pre = members if k is None else members[:k]
+        st = None if k is None else members[k]
+        post = [] if k is None else members[k + 1:]
+        state = None if st is None else f"{self.workdir}/state/{st.name}"
+        producer = group_name(group).replace("+", "__")
 
         def spec(n):
             split = isinstance(n, SplitNode)
@@ -569,30 +644,17 @@ class _Deploy:
                               port=x.port) for x in last.outputs]
         else:
             outputs = [Output("topic", topic_writer(self.out_topic(last)))]
-
-        plan = GroupPlan(
-            name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
-            pre=[spec(n) for n in pre], st=None if st is None else spec(st),
-            post=[spec(n) for n in post],
-            key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
-            partitions=self.partitions, outputs=outputs,
-            split=sink is None and isinstance(last, SplitNode),
-            spool=f"{self.workdir}/spool/{safe}")
-        src = make_group_source(plan, inputs, name=f"epic_group_{self.tag}_{safe}",
-                                batch_rows=self.batch_rows)
-        dst = make_commit_sink(outputs, name=f"epic_commit_{self.tag}_{safe}")
-        self.spark.dataSource.register(src)
-        self.spark.dataSource.register(dst)
-        w = (self.spark.readStream.format(src.name()).load().writeStream.format(dst.name())
-             .option("checkpointLocation", ckpt).queryName(qname)
-             .trigger(processingTime=self.trigger))
-        return [(qname, w)]
+        return Branch(pre=[spec(n) for n in pre], st=None if st is None else spec(st),
+                      post=[spec(n) for n in post], outputs=outputs,
+                      split=sink is None and isinstance(last, SplitNode))
 
     def start_all(self, on_started=None) -> None:
-        # One query per group (plan_groups: one node each without --fuse), one after the other.
-        for g in self.groups:
+        # One query per unit (direct io) or group (plan_groups: one node each without --fuse),
+        # one after the other.
+        for u in (self.units if self.direct else [[g] for g in self.groups]):
+            g = u[0]
             if self.direct:
-                writers = self.direct_query(g)
+                writers = self.direct_query(u)
             elif len(g) > 1:
                 writers = self.group_query(g)
             elif isinstance(g[0], SourceNode):
@@ -727,7 +789,7 @@ class _Stats:
             p = self.last.get(name) or {}
             offs = offsets_from_progress(p)
             wms = [o.watermark for o in offs if o.watermark is not None]
-            node = self.d.t.nodes.get(name.split(".")[0].split("+")[-1])
+            node = self.d.t.nodes.get(name.split("~")[0].split(".")[0].split("+")[-1])
             rows_out = None
             if node is not None and not isinstance(node, SinkNode):
                 rows_out = _topic_rows(self.d, node,
@@ -751,15 +813,24 @@ class _Stats:
                 "nodes": nodes}
 
 
+_SEEN: dict[tuple[str, str], dict[int, int]] = {}
+
+
 def _topic_rows(d: _Deploy, node, producer: str) -> int:
+    """Rows ``producer`` committed to ``node``'s topics: segments seen by any status update (with
+    retention, consumed segments disappear; the count keeps them)."""
     total = 0
     paths = ([f"{d.workdir}/topics/{node.name}.{s.port}" for s in node.outputs]
              if isinstance(node, SplitNode) and not d.routed(node) else [d.out_topic(node)])
     for p in paths:
+        seen = _SEEN.setdefault((p, producer), {})
         try:
-            total += sum(s.rows for s in Topic.open(p).segments() if s.producer == producer)
+            for s in Topic.open(p).segments():
+                if s.producer == producer:
+                    seen[s.seq] = s.rows
         except EpicError:
             pass
+        total += sum(seen.values())
     return total
 
 
@@ -822,8 +893,8 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
 
 
 def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: bool = False,
-           fuse: bool = False, io: str = "direct", progress: bool = False, console=None,
-           spark=None,
+           fuse: bool = False, io: str = "direct", retention: bool = True,
+           progress: bool = False, console=None, spark=None,
            batch_rows: int = 1_000_000, partitions: int | None = None,
            trigger_interval: float = 0.1, poll_interval: float = 0.25,
            timeout: float | None = None) -> DeployResult:
@@ -845,6 +916,9 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
             carries one commit message per task (:mod:`epic.spark.direct`); ``rows``: every row
             goes through Spark (``mapInArrow``, Python data source sinks). Fixed per work
             directory.
+        retention: with ``io="direct"``, delete a topic's segments once every query reading it
+            has committed past them (each producer's newest batch stays); False keeps every
+            topic whole (for inspection with ``epic topics``).
         progress: show a live per-node table (rich).
         console: rich console for progress (default: standard error).
         spark: an existing SparkSession to use (tests share one).
@@ -887,7 +961,8 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         except (ValueError, KeyError):
             pass
     d = _Deploy(topology, wd, spark=spark, batch_rows=batch_rows,
-                trigger_interval=trigger_interval, partitions=partitions, fuse=fuse, io=io)
+                trigger_interval=trigger_interval, partitions=partitions, fuse=fuse, io=io,
+                retention=retention)
     d.create_topics()
     stats = _Stats(d)
     status_path = os.path.join(wd, STATUS)
