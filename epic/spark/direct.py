@@ -322,12 +322,10 @@ def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: i
                         items.append((i, p.path, "topic"))
                         rows.append(p.rows)
                 else:
-                    for j, p in enumerate(x.planner.partitions(a, b)):
-                        if not p.payload:
-                            continue
-                        path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, p.payload)
+                    for j, chunk in enumerate(_chunks(x.planner.planned(a, b), plan.partitions)):
+                        path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, chunk)
                         items.append((i, path, "spool"))
-                        rows.append(len(p.payload))
+                        rows.append(sum(c.num_rows for c in chunk))
             items = tuple(items)
             if plan.stateful and plan.key is not None:
                 return [GroupPartition(p, items, p) for p in range(max(1, plan.partitions))]
@@ -374,16 +372,36 @@ def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: i
     return _Source
 
 
-def _spool(root: str, a: int, b: int, j: int, payload: bytes) -> str:
-    """Write a planned source batch (Arrow IPC stream bytes) where its tasks read it: atomically,
-    the same bytes on a replay."""
+def _chunks(batches: list, n: int) -> list[list]:
+    """``batches`` in at most ``n`` contiguous runs of about equal rows."""
+    total = sum(b.num_rows for b in batches)
+    if not total:
+        return []
+    per = max(1, -(-total // max(1, n)))
+    out, cur, acc = [], [], 0
+    for b in batches:
+        cur.append(b)
+        acc += b.num_rows
+        if acc >= per:
+            out.append(cur)
+            cur, acc = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _spool(root: str, a: int, b: int, j: int, batches: list) -> str:
+    """Write planned source batches (an Arrow IPC stream) where the tasks read them: atomically,
+    the same content on a replay."""
     import uuid
 
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, f"{a:012d}-{b:012d}.{j}.arrow")
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(payload)
+    with pa.OSFile(tmp, "wb") as f:
+        with pa.ipc.new_stream(f, batches[0].schema) as w:
+            for x in batches:
+                w.write_batch(x)
     os.replace(tmp, path)
     return path
 

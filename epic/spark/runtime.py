@@ -561,7 +561,8 @@ class _Deploy:
             cls = make_source_data_source(
                 head, name=f"epic_src_{self.tag}_{safe}", schema=topic_schema(head.output.schema),
                 source_index=self.sources.index(head), n_sources=len(self.sources),
-                batch_rows=self.batch_rows, parallelism=self.partitions, workdir=self.workdir)
+                batch_rows=self.batch_rows, parallelism=self.partitions, workdir=self.workdir,
+                prefetch=True)
             inputs = [_Input("source", cls({}).streamReader(None))]
             ids = [f"source:{head.name}"]
         else:
@@ -792,8 +793,9 @@ class _Stats:
             node = self.d.t.nodes.get(name.split("~")[0].split(".")[0].split("+")[-1])
             rows_out = None
             if node is not None and not isinstance(node, SinkNode):
+                first = name.split("~")[0]   # siblings: the first group's outputs
                 rows_out = _topic_rows(self.d, node,
-                                       name.replace("+", "__") if "+" in name else node.name)
+                                       first.replace("+", "__") if "+" in first else node.name)
             nodes[name] = {
                 "kind": node.kind if node is not None else "?",
                 "mode": ("fused" if "+" in name else
@@ -926,7 +928,8 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         partitions: partitions of keyed stateful nodes (default: the session's
             ``spark.sql.shuffle.partitions``); fixed at the first start of ``workdir``.
         trigger_interval: seconds between micro-batch triggers of each query.
-        poll_interval: seconds between status updates of the driver.
+        poll_interval: seconds between the driver's checks for completion and failures (the
+            status document is refreshed at most once a second).
         timeout: give up (stop, raise) after this many seconds.
 
     Raises:
@@ -981,9 +984,15 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     state, error = "running", None
     try:
         d.start_all()
+        next_status = 0.0
         while True:
             elapsed = _time.perf_counter() - start
-            stats.update()
+            # The status document parses every query's recent progress (JSON through py4j): at
+            # most once a second; completion and failures are checked every poll.
+            refresh = elapsed >= next_status
+            if refresh:
+                stats.update()
+                next_status = elapsed + max(poll_interval, 1.0)
             _print_console(d, sinks, printed)
             exc = d.failure()
             if exc is not None:
@@ -998,10 +1007,11 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
             if timeout is not None and elapsed > timeout:
                 state, error = "failed", f"timed out after {timeout} s"
                 raise EpicError(f"deploy of {topology.name!r} timed out after {timeout} s")
-            doc = stats.doc(state, elapsed)
-            _atomic_json(status_path, doc)
-            if live is not None:
-                live.update(status_table(doc))
+            if refresh:
+                doc = stats.doc(state, elapsed)
+                _atomic_json(status_path, doc)
+                if live is not None:
+                    live.update(status_table(doc))
             _time.sleep(poll_interval)
     finally:
         elapsed = _time.perf_counter() - start

@@ -191,6 +191,9 @@ def session_conf(*, shuffle_partitions: int = 2, max_records_per_batch: int = 1_
         # Python workers are reused across tasks; that is what makes gc.freeze() pay off.
         "spark.python.worker.reuse": "true",
         "spark.sql.session.timeZone": "UTC",
+        # The driver reads every query's recent progress for the status document; Spark keeps
+        # 100 entries per query by default, each crossing py4j as JSON on every read.
+        "spark.sql.streaming.numRecentProgressUpdates": "20",
     }
     if rocksdb:
         conf["spark.sql.streaming.stateStore.providerClass"] = _ROCKSDB_PROVIDER

@@ -177,12 +177,7 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
                     f.truncate(length)
                     f.seek(length)
                     for i, m in enumerate(parts):
-                        with open(m.path, "rb") as src:
-                            while True:
-                                chunk = src.read(1 << 20)
-                                if not chunk:
-                                    break
-                                f.write(chunk)
+                        _append_file(f, m.path)
                         if i == 0:
                             crash_point("sink-commit", workdir)
                     f.flush()
@@ -222,6 +217,32 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
             return _Writer()
 
     return _Sink
+
+
+def _append_file(f, src_path: str) -> None:
+    """Append file ``src_path`` to the open file ``f`` at its position: in the kernel
+    (``copy_file_range``, no copy through Python; the CSV parts of DEBS Q3 are ~30 GB), else in
+    1 MiB chunks."""
+    f.flush()
+    with open(src_path, "rb") as src:
+        size = os.fstat(src.fileno()).st_size
+        at = f.tell()
+        done = 0
+        try:
+            while done < size:
+                k = os.copy_file_range(src.fileno(), f.fileno(), size - done, done, at + done)
+                if k == 0:
+                    break
+                done += k
+        except (AttributeError, OSError):
+            src.seek(done)
+            f.seek(at + done)
+            while True:
+                chunk = src.read(1 << 20)
+                if not chunk:
+                    return
+                f.write(chunk)
+        f.seek(at + done)
 
 
 def _remove(p: str) -> None:

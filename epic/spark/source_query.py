@@ -39,29 +39,54 @@ __all__ = ["make_source_data_source"]
 
 
 class _Items:
-    """Pulls a source's items in order, optionally on a background thread (live sources)."""
+    """Pulls a source's items in order, optionally on a background thread.
 
-    def __init__(self, source, threaded: bool):
+    Threaded, a pump thread reads ahead while the planner waits for Spark: a live source never
+    blocks planning, and a file source parses the next micro-batch while the tasks of the current
+    one run (the source query is the critical path of a deploy). At most ``ahead_bytes`` of items
+    wait in the queue.
+    """
+
+    def __init__(self, source, threaded: bool, ahead_bytes: int = 256 << 20):
         self._it = iter(source.open())
         self.threaded = threaded
-        self.exhausted = False
         self.error: BaseException | None = None
         if threaded:
             self._q: deque = deque()
-            self._lock = threading.Lock()
+            self._bytes = 0
+            self._ahead = ahead_bytes
+            self._closed = False
+            self._cv = threading.Condition()
             self._t = threading.Thread(target=self._pump, daemon=True)
             self._t.start()
+
+    @staticmethod
+    def _size(item) -> int:
+        return int(getattr(item, "nbytes", 0) or 0)
 
     def _pump(self):
         try:
             for item in self._it:
-                while len(self._q) > 64:
-                    _time.sleep(0.01)
-                self._q.append(item)
+                with self._cv:
+                    while self._bytes > self._ahead and self._q and not self._closed:
+                        self._cv.wait(0.5)
+                    if self._closed:
+                        return
+                    self._q.append(item)
+                    self._bytes += self._size(item)
+                    self._cv.notify_all()
         except BaseException as exc:  # noqa: BLE001 - reported to the planner
             self.error = exc
-        self.exhausted_pending = True
-        self._q.append(StopIteration)
+        with self._cv:
+            self._q.append(StopIteration)
+            self._cv.notify_all()
+
+    def close(self) -> None:
+        """Stop the pump thread (a replay re-opens the source)."""
+        if self.threaded:
+            with self._cv:
+                self._closed = True
+                self._cv.notify_all()
 
     def take(self, block: bool):
         """The next item, ``StopIteration`` at the end, or None if a live source has none yet."""
@@ -71,13 +96,20 @@ class _Items:
             except StopIteration:
                 return StopIteration
         deadline = _time.monotonic() + (30.0 if block else 0.05)
-        while not self._q:
-            if _time.monotonic() > deadline:
-                return None
-            _time.sleep(0.002)
-        item = self._q.popleft()
-        if item is StopIteration and self.error is not None:
-            raise self.error
+        with self._cv:
+            while not self._q:
+                left = deadline - _time.monotonic()
+                if left <= 0:
+                    return None
+                self._cv.wait(left)
+            item = self._q.popleft()
+            self._bytes -= self._size(item)
+            self._cv.notify_all()
+        if item is StopIteration:
+            with self._cv:
+                self._q.appendleft(StopIteration)   # the end stays the end
+            if self.error is not None:
+                raise self.error
         return item
 
 
@@ -94,7 +126,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
                             n_sources: int, batch_rows: int, parallelism: int,
                             workdir: str = "", position: bool = False,
                             key: tuple | None = None, apply=None,
-                            apply_schema: pa.Schema | None = None):
+                            apply_schema: pa.Schema | None = None, prefetch: bool = False):
     """A ``DataSource`` class (registered under ``name``) reading ``node``'s source.
 
     Args:
@@ -112,6 +144,8 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         apply: with ``key``: a function of an iterator of (positioned) batches run inside the
             read task (a fused keyed stateful node and its stateless successors); the task then
             yields its output, with schema ``apply_schema``, instead of the source rows.
+        prefetch: read a bounded source on a background thread too, ahead of the planner
+            (``--io direct``: parsing overlaps the tasks of the previous micro-batch).
     """
     src = node.source
     user_schema = node.output.schema
@@ -166,7 +200,9 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
             seq = int(start["seq"])
             if self._items is not None and self._next == seq:
                 return
-            self._items = _Items(src, threaded=not bounded)
+            if self._items is not None:
+                self._items.close()
+            self._items = _Items(src, threaded=prefetch or not bounded)
             for _ in range(seq):
                 item = self._items.take(block=True)
                 if item is StopIteration:
@@ -238,15 +274,21 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
                 crash_point("source-plan", workdir)
             return offset(self._next, self._wm, self._done, last_step, self._max)
 
-        def partitions(self, start: dict, end: dict):
+        def planned(self, start: dict, end: dict) -> list[pa.RecordBatch]:
+            """The tagged batches of the micro-batch from ``start`` to ``end`` (regenerated
+            from the source on a replay after a restart)."""
             a, b = int(start["seq"]), int(end["seq"])
             if any(i not in self._planned for i in range(a, b)):
-                # A replay after a restart: regenerate the items of this batch.
+                if self._items is not None:
+                    self._items.close()
                 self._items = None
                 self._seek(start)
                 while self._next < b and self._pull(True):
                     pass
-            batches = [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
+            return [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
+
+        def partitions(self, start: dict, end: dict):
+            batches = self.planned(start, end)
             if key:
                 groups = [[] for _ in range(max(1, parallelism))]
                 for x in batches:
