@@ -34,6 +34,7 @@ a consumer reads only its own rows.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -311,11 +312,17 @@ def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: i
                 x.planner.prepareForTriggerAvailableNow()
 
         def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+            # Spark asks for the next batch once the batch ending at ``start`` is in its commit
+            # log. ``commit(end)`` comes only with the batch after it, so the last batch of a
+            # finished source would keep its spool files and go uncounted without this.
+            for x, s_ in zip(self.inputs, self._split(start)):
+                if x.kind == "source":
+                    _unspool(plan.spool, int(s_["seq"]))
             return self._combine([x.planner.latestOffset(s, limit)
                                   for x, s in zip(self.inputs, self._split(start))])
 
         def partitions(self, start: dict, end: dict):
-            items, rows = [], []
+            items, rows, spooled_rows = [], [], {}
             for i, (x, a, b) in enumerate(zip(self.inputs, self._split(start), self._split(end))):
                 if x.kind == "topic":
                     for p in x.planner.partitions(a, b):
@@ -326,7 +333,9 @@ def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: i
                         path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, chunk)
                         items.append((i, path, "spool"))
                         rows.append(sum(c.num_rows for c in chunk))
+                        spooled_rows[path] = rows[-1]
             items = tuple(items)
+            self._count(end, sum(rows))
             if plan.stateful and plan.key is not None:
                 return [GroupPartition(p, items, p) for p in range(max(1, plan.partitions))]
             if plan.stateful or len(items) <= 1:
@@ -351,6 +360,29 @@ def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: i
                 x.planner.commit(e)
                 if x.kind == "source":
                     _unspool(plan.spool, int(e["seq"]))
+
+        def _count(self, end: dict, n: int) -> None:
+            """Add a planned batch's input rows to ``<workdir>/stats/<query>.json`` (Spark's own
+            row counts see only the commit-message rows): once per batch, a replay of the last
+            planned batch (the only one Spark replays) is not counted again."""
+            key = json.dumps(end, sort_keys=True)
+            if not plan.workdir:
+                return
+            path = os.path.join(plan.workdir, "stats", plan.name.replace("/", "_") + ".json")
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+            except (FileNotFoundError, ValueError):
+                doc = {"rows_in": 0, "batches": 0, "end": None}
+            if doc.get("end") == key:
+                return
+            doc = {"rows_in": int(doc["rows_in"]) + int(n), "batches": int(doc["batches"]) + 1,
+                   "end": key}
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, path)
 
         def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
             yield from run_partition(self.plan, partition)

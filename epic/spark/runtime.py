@@ -796,11 +796,20 @@ class _Stats:
                 first = name.split("~")[0]   # siblings: the first group's outputs
                 rows_out = _topic_rows(self.d, node,
                                        first.replace("+", "__") if "+" in first else node.name)
+            rows_in = sum(self.rows_in.get(name, {}).values())
+            if self.d.direct:
+                # Spark counts the commit-message rows; the planner counts the input rows.
+                try:
+                    with open(os.path.join(self.d.workdir, "stats", name.replace("/", "_")
+                                           + ".json")) as f:
+                        rows_in = int(json.load(f)["rows_in"])
+                except (FileNotFoundError, ValueError, KeyError):
+                    rows_in = 0
             nodes[name] = {
                 "kind": node.kind if node is not None else "?",
                 "mode": ("fused" if "+" in name else
                          self.d.modes.get(name.split(".")[0], node.kind if node else "?")),
-                "rows_in": sum(self.rows_in.get(name, {}).values()),
+                "rows_in": rows_in,
                 "rows_out": rows_out,
                 "rows_per_s": round(float(p.get("processedRowsPerSecond") or 0.0), 1),
                 "batch_ms": (p.get("durationMs") or {}).get("triggerExecution"),
@@ -1022,6 +1031,12 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         except Exception:  # noqa: BLE001 - the status must not mask the real error
             doc = {"topology": topology.name, "state": "failed", "error": error, "nodes": {}}
         d.stop()
+        if state == "finished":
+            # Spooled source batches are only read by their own micro-batch (a replay spools
+            # them again); the last one's files are left when the deploy ends right after it.
+            import shutil
+
+            shutil.rmtree(os.path.join(wd, "spool"), ignore_errors=True)
         _atomic_json(status_path, doc)
         if live is not None:
             live.update(status_table(doc))
