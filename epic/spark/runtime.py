@@ -707,9 +707,16 @@ class _Deploy:
                 return EpicError(_explain(name, exc))
         return None
 
-    def stop(self) -> None:
+    def stop(self, drain: float = 0.0) -> None:
+        """Stop every query. ``drain``: first wait up to this many seconds for micro-batches in
+        flight to finish (a finished deploy: a query may still run a batch of trailing markers;
+        stopping it mid-batch makes Spark log an aborted write)."""
+        deadline = _time.monotonic() + drain
         for q in self.queries.values():
             try:
+                while (_time.monotonic() < deadline and q.isActive
+                       and q.status.get("isTriggerActive")):
+                    _time.sleep(0.05)
                 q.stop()
             except Exception:  # noqa: BLE001 - stopping is best effort
                 pass
@@ -1030,7 +1037,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
             doc = stats.doc(state if state != "running" else "failed", elapsed, error)
         except Exception:  # noqa: BLE001 - the status must not mask the real error
             doc = {"topology": topology.name, "state": "failed", "error": error, "nodes": {}}
-        d.stop()
+        d.stop(drain=10.0 if state == "finished" else 0.0)
         if state == "finished":
             # Spooled source batches are only read by their own micro-batch (a replay spools
             # them again); the last one's files are left when the deploy ends right after it.
