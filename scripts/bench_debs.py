@@ -375,8 +375,11 @@ def _progress(doc: dict, runtime: str, n_sinks: int | None = None) -> tuple[dict
     prog = {"elapsed_s": doc.get("elapsed_s"), "state": doc.get("state")}
     if src:
         prog["source_rows"] = max(v.get("rows_in") or 0 for v in src.values())
-    wms = [v.get("watermark") for k, v in nodes.items() if k.split("+")[-1].endswith("_csv")]
-    missing = sum(w is None for w in wms) + max(0, (n_sinks or 0) - len(wms))
+    # Query names: nodes joined by "+", sibling queries end in "~<groups>" (docs/deploy.md).
+    sinks = {k: v for k, v in nodes.items() if k.split("~")[0].split("+")[-1].endswith("_csv")}
+    wms = [v.get("watermark") for v in sinks.values()]
+    covered = sum(int(k.split("~")[1]) if "~" in k else 1 for k in sinks)
+    missing = sum(w is None for w in wms) + max(0, (n_sinks or 0) - covered)
     if missing:   # a sink query not started yet, or one that has read nothing
         prog["sinks_without_watermark"] = missing
     elif wms:

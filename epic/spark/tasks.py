@@ -310,6 +310,7 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
         fwd = st["fwd"]
         mark = st.get("mark", fwd)
         ends_at = list(st.get("ends_at") or [None] * n_in)
+        last_tag = st.get("last_tag")
     else:
         applied = [None] * n_in
         ended = False
@@ -318,6 +319,7 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
         fwd = None
         mark = None
         ends_at = [None] * n_in  # per input: the step of its end of stream, once seen
+        last_tag = None          # the largest _step tag this node has emitted
     out: list[pa.RecordBatch] = []
     label = f"{type(op).__name__}"
 
@@ -330,7 +332,14 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
         return watermark_hold(op, min(ws))  # an operator may hold the watermark back
 
     def call(what, step_tag, *args):
-        nonlocal fwd
+        nonlocal fwd, last_tag
+        # Output tags never decrease in emission order: consumers sort by tag, so a smaller tag
+        # would move rows ahead of rows this node emitted earlier. (An input run of one step can
+        # follow another run of the same step with a newer watermark: the watermark's output
+        # would be tagged phase 0 after the earlier run's phase-1 output.)
+        if last_tag is not None and step_tag < last_tag:
+            step_tag = last_tag
+        last_tag = step_tag
         before = fwd
         try:
             outs = _call(op, node, what, *args)
@@ -403,7 +412,8 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
 
     store.save(batch_id, serde.packb({
         "op": op.snapshot(), "applied": applied, "ended": ended, "inputs_ended": inputs_ended,
-        "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at}))
+        "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
+        "last_tag": last_tag}))
     if spec.workdir:
         from epic.spark.crash import crash_point
 
