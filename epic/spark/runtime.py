@@ -39,6 +39,8 @@ from epic.topology import (CombineNode, FilterNode, FlatMapNode, MapNode, MergeN
 __all__ = ["deploy", "DeployResult", "read_status", "request_stop", "plan_modes"]
 
 STATUS = "status.json"
+#: With ``--io direct``: at most about this many bytes of topic files per input per micro-batch.
+MAX_BATCH_BYTES = 256 << 20
 STOP = "STOP"
 
 
@@ -570,7 +572,10 @@ class _Deploy:
             for s_ in head.inputs:
                 path, _ = _stream_topic(self.workdir, s_, self.t, per_port=True)
                 topic = Topic.open(path)
-                opts = {"max_rows_per_trigger": str(self.batch_rows)}
+                # Rows and bytes: a micro-batch of 1 M heat-map rows (DEBS Q3, ~100 KB each)
+                # would hold the whole game; a keyed query's tasks each read every file.
+                opts = {"max_rows_per_trigger": str(self.batch_rows),
+                        "max_bytes_per_trigger": str(MAX_BATCH_BYTES)}
                 if self.retention:
                     # Segments every reader has committed past are deleted (the full DEBS game
                     # would otherwise keep ~40 GB of intermediate topics).

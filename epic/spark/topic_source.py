@@ -23,6 +23,7 @@ Options (all optional except ``path``):
 - ``path``: topic path or pyarrow filesystem URI.
 - ``max_segments_per_trigger`` / ``max_rows_per_trigger``: read limit per micro-batch (one of them;
   a batch always takes at least one segment). The available-now trigger honours it.
+- ``max_bytes_per_trigger``: also stop once the segments' files reach this many bytes.
 - ``starting``: ``earliest`` (default) or ``latest``.
 - ``consumer``: register as this consumer and commit its position after each batch.
 - ``retention``: ``true`` to delete segments every consumer has passed, after each commit.
@@ -165,6 +166,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = {k.lower(): v for k, v in options.items()}
         self.max_segments = _opt_int(opts, "max_segments_per_trigger")
         self.max_rows = _opt_int(opts, "max_rows_per_trigger")
+        # Also bounds a micro-batch by the segments' file sizes (wide rows, e.g. heat maps).
+        self.max_bytes = _opt_int(opts, "max_bytes_per_trigger")
         if self.max_segments is not None and self.max_rows is not None:
             raise EpicError("epic_topic source: give max_segments_per_trigger or"
                             " max_rows_per_trigger, not both")
@@ -224,6 +227,13 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for i, s in enumerate(segs):
                 n += s.rows
                 if n >= limit.max_rows:
+                    segs = segs[: i + 1]
+                    break
+        if self.max_bytes is not None:
+            n = 0
+            for i, s in enumerate(segs):
+                n += s.size
+                if n >= self.max_bytes:
                     segs = segs[: i + 1]
                     break
         # Offsets stop only at batch boundaries: a segment's watermark and end-of-stream flag hold
