@@ -237,6 +237,9 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
     keyed = None   # the positioned (and key-filtered) rows, shared by branches without pre
     msgs, base = [], 0
     for br in plan.branches:
+        # Outputs that are all files need no markers from the snapshot: stream them (a Q3
+        # micro-batch of heat-map windows is ~10^8 CSV rows).
+        stream = all(o.kind == "file" for o in br.outputs)
         it = iter(rows) if shared else _read_items(plan, part)
         for spec in br.pre:
             it = _run_stateless(spec, it)
@@ -247,9 +250,9 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
                 if keyed is None:
                     keyed = list(_positioned(it, plan.key, plan.partitions, part.key_part))
                 it = iter(keyed)
-            it = _run_stateful(br.st, it)
+            it = _run_stateful(br.st, it, stream=stream)
             for spec in br.post:
-                it = _run_stateless(spec, it)
+                it = _run_stateless(spec, it, stream=stream)
         if br.split:
             by_port: dict[int, list] = {}
             for pb in it:

@@ -94,7 +94,10 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
     if not is_csv and not isinstance(sink, ParquetSink):
         raise TypeError(f"not a file sink: {sink!r}")
 
-    def shaped(batches, batch_id):
+    out_schema = sink.output_schema(stream.schema)
+
+    def shaped(batches):
+        """The sink's rows (its columns, delay columns filled), batch by batch."""
         from epic.sinks import SinkOperator
 
         op = SinkOperator(sink, stream.schema, stream.time, stream.unit, node=node.name)
@@ -114,7 +117,8 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
                 cols = [b.column(f.name) if b.column(f.name).type == f.type
                         else b.column(f.name).cast(f.type) for f in stream.schema]
                 op.on_batch(pa.RecordBatch.from_arrays(cols, schema=stream.schema))
-        return op.output_schema, got
+                yield from got
+                got.clear()
 
     class _Writer(DataSourceStreamArrowWriter):
         def write(self, iterator):
@@ -124,21 +128,40 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
             ctx = TaskContext.get()
             batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
             part = ctx.partitionId()
-            schema, batches = shaped(iterator, batch_id)
+            schema = out_schema
+            if is_csv:
+                # Streamed: a micro-batch of DEBS Q3 heat-map rows is ~10^8 CSV rows.
+                from epic.csvio import CsvWriter
+
+                rows, w, tmp = 0, None, None
+                try:
+                    for b in shaped(iterator):
+                        if w is None:
+                            os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
+                            tmp = os.path.join(meta, "_tmp",
+                                               f"b{batch_id}.p{part}.{uuid.uuid4().hex}.csv")
+                            w = CsvWriter(tmp, columns=schema.names, header=False,
+                                          delimiter=sink.delimiter,
+                                          float_format=sink.float_format)
+                        w.write(b)
+                        rows += b.num_rows
+                except BaseException:
+                    if w is not None:
+                        try:
+                            w.close()
+                        finally:
+                            _remove(tmp)
+                    raise
+                if w is None:
+                    return _Part(None, part, 0)
+                w.close()
+                _fsync(tmp)
+                return _Part(tmp, part, rows)
+            batches = list(shaped(iterator))
             rows = sum(b.num_rows for b in batches)
             if not rows:
                 return _Part(None, part, 0)
             os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
-            if is_csv:
-                from epic.csvio import CsvWriter
-
-                tmp = os.path.join(meta, "_tmp", f"b{batch_id}.p{part}.{uuid.uuid4().hex}.csv")
-                with CsvWriter(tmp, columns=schema.names, header=False, delimiter=sink.delimiter,
-                               float_format=sink.float_format) as w:
-                    for b in batches:
-                        w.write(b)
-                _fsync(tmp)
-                return _Part(tmp, part, rows)
             import pyarrow.parquet as pq
 
             os.makedirs(os.path.join(meta, "parts"), exist_ok=True)

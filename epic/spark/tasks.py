@@ -249,25 +249,30 @@ def _call(op, node, what: str, *args):
     return getattr(op, what)(*args[:1]) if args else getattr(op, what)()
 
 
-def _run_stateless(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
+def _run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa.RecordBatch]:
+    """``stream``: handle each incoming batch on its own (runs of equal tags within it) instead
+    of the whole partition as one table: bounded memory behind a node with many output rows."""
     freeze_gc_once()
-    table = _collect(iterator)
-    if table is None:
-        return
-    batch_id, _ = _batch_id()
+    tables = (((pa.Table.from_batches([b]) for b in iterator if b.num_rows)) if stream
+              else [t for t in [_collect(iterator)] if t is not None])
     node = spec.node
-    op = node.build()
-    steps = table.column(STEP).to_numpy()
-    wms = table.column(WM).to_numpy()
+    op = None
+    batch_id = None
     schema = spec.in_schemas[0]
-    for a, b in runs(steps, wms):
-        rows = _user_batch(table.slice(a, b - a), schema)
-        wm = int(wms[a])
-        try:
-            outs = _call(op, node, "on_batch", rows)
-        except Exception as exc:  # noqa: BLE001 - named and re-raised
-            raise _fail(spec, _fn_label(node), batch_id, exc) from exc
-        yield from _emit(spec, outs, int(steps[a]), None if wm == NO_WM else wm)
+    for table in tables:
+        if op is None:
+            batch_id, _ = _batch_id()
+            op = node.build()
+        steps = table.column(STEP).to_numpy()
+        wms = table.column(WM).to_numpy()
+        for a, b in runs(steps, wms):
+            rows = _user_batch(table.slice(a, b - a), schema)
+            wm = int(wms[a])
+            try:
+                outs = _call(op, node, "on_batch", rows)
+            except Exception as exc:  # noqa: BLE001 - named and re-raised
+                raise _fail(spec, _fn_label(node), batch_id, exc) from exc
+            yield from _emit(spec, outs, int(steps[a]), None if wm == NO_WM else wm)
 
 
 # -- stateful ----------------------------------------------------------------------------------
@@ -287,7 +292,11 @@ def _markers(spec: TaskSpec, batch_id: int):
     return per_input, (max(steps) if steps else None)
 
 
-def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
+def _run_stateful(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa.RecordBatch]:
+    """``stream``: yield the output of the micro-batch's rows as it is produced, before the
+    snapshot is saved (only for outputs that need no markers from the snapshot: file sinks; a
+    replay restores the snapshot before the batch either way). The output of the batch-end
+    markers still comes after the save."""
     from epic.topology import MergeNode
 
     freeze_gc_once()
@@ -371,6 +380,9 @@ def _run_stateful(spec: TaskSpec, iterator) -> Iterator[pa.RecordBatch]:
             watermark(i, int(wms[a]), tag(s, PHASE_PRE))
             rows = _user_batch(table.slice(a, b - a), spec.in_schemas[i])
             call("on_batch", tag(s, PHASE_ROWS), rows, i)
+            if stream and out:
+                yield from out
+                out.clear()
 
     if not ended:
         per_input, mstep = _markers(spec, batch_id)
