@@ -347,6 +347,16 @@ class _Deploy:
                 .trigger(processingTime=self.trigger))
 
     # -- queries ---------------------------------------------------------------------------
+    def split_group(self, group: list):
+        """``(sink or None, members, pre, stateful or None, post)`` of a fused group: its nodes
+        other than source and sink, split around the first stateful one."""
+        sink = group[-1] if isinstance(group[-1], SinkNode) else None
+        members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
+        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
+        if k is None:
+            return sink, members, members, None, []
+        return sink, members, members[:k], members[k], members[k + 1:]
+
     def source_query(self, node: SourceNode):
         from epic.spark.source_query import make_source_data_source
 
@@ -478,12 +488,7 @@ class _Deploy:
         qname = group_name(group)
         ckpt = self.ckpt(qname)
         head = group[0]
-        sink = group[-1] if isinstance(group[-1], SinkNode) else None
-        members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
-        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
-        pre = members if k is None else members[:k]
-        st = None if k is None else members[k]
-        post = [] if k is None else members[k + 1:]
+        sink, members, pre, st, post = self.split_group(group)
         # The group's output markers are its stateful node's (stateless nodes after it forward
         # its watermark unchanged).
         state = None if st is None else f"{self.workdir}/state/{st.name}"
@@ -609,12 +614,7 @@ class _Deploy:
         from epic.spark.topic_sink import TopicStreamWriter
 
         head = group[0]
-        sink = group[-1] if isinstance(group[-1], SinkNode) else None
-        members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
-        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
-        pre = members if k is None else members[:k]
-        st = None if k is None else members[k]
-        post = [] if k is None else members[k + 1:]
+        sink, members, pre, st, post = self.split_group(group)
         state = None if st is None else f"{self.workdir}/state/{st.name}"
         producer = group_name(group).replace("+", "__")
 

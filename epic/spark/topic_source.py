@@ -223,19 +223,9 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxFiles):
             segs = segs[: max(1, limit.max_files)]
         elif isinstance(limit, ReadMaxRows):
-            n = 0
-            for i, s in enumerate(segs):
-                n += s.rows
-                if n >= limit.max_rows:
-                    segs = segs[: i + 1]
-                    break
+            segs = _cut(segs, "rows", limit.max_rows)
         if self.max_bytes is not None:
-            n = 0
-            for i, s in enumerate(segs):
-                n += s.size
-                if n >= self.max_bytes:
-                    segs = segs[: i + 1]
-                    break
+            segs = _cut(segs, "size", self.max_bytes)
         # Offsets stop only at batch boundaries: a segment's watermark and end-of-stream flag hold
         # after all parts of its batch, so a cut inside a batch would announce them too early.
         k = len(segs)
@@ -282,6 +272,16 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                             + (partition.seq << 32))]
                 row += b.num_rows
                 yield pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _cut(segs: list, attr: str, limit: int) -> list:
+    """The leading segments up to the first at which the sum of ``attr`` reaches ``limit``."""
+    n = 0
+    for i, s in enumerate(segs):
+        n += getattr(s, attr)
+        if n >= limit:
+            return segs[: i + 1]
+    return segs
 
 
 def _opt_int(opts: dict[str, str], key: str) -> int | None:
