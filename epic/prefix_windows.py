@@ -32,7 +32,8 @@ from . import serde
 from .aggregates import AggSpec
 from .errors import SpecError, StateError
 from .sinks import ENTRY_COLUMN
-from .windows import (MAX_BATCH_ROWS, FewTimeWindow, WindowOperator, _agg_values, _ceil_div,
+from .timecore import EventClock
+from .windows import (_NOT_STARTED, MAX_BATCH_ROWS, FewTimeWindow, WindowOperator, _agg_values, _ceil_div, _Clocked,
                       _check_columns, _group_rows, _int_column, _key_tuple, _value_column,
                       window_output_schema)
 
@@ -53,6 +54,7 @@ class _PKey:
 
     origin: int
     done: int  # every instant <= done has been emitted (or proved empty)
+    first: int  # start of the key's first window (Grid.first_window)
     times: np.ndarray  # [cap] event times (clamped to >= origin), sorted
     cum: np.ndarray  # [cap, K] running sums (including everything dropped before head)
     ent: np.ndarray  # [cap] arrival times (delay logging) or an empty array
@@ -131,7 +133,7 @@ class _PKey:
             self.head = self.n = 0
 
 
-class PrefixWindowOperator:
+class PrefixWindowOperator(_Clocked):
     """A FEW time window whose aggregates all have ``lift`` / ``lower`` (see the module doc).
 
     Same constructor, protocol (``on_batch`` / ``on_watermark`` / ``on_end`` / ``snapshot`` /
@@ -157,24 +159,21 @@ class PrefixWindowOperator:
         self.output_schema = window_output_schema(spec, self.aggs, schema, key)
         self._widths: list[int] | None = None
         self._key_state: dict[Any, _PKey] = {}
-        self._watermark: int | None = None
-        self._max_time: int | None = None
-        #: rows dropped because they arrived behind the watermark (reported, never silent)
-        self.late_rows = 0
+        self.clock = EventClock(self.lateness)
+        self._held = None
+        self._wm: int | None = None
 
     # -- public protocol -----------------------------------------------------------------
-    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
-        if batch.num_rows == 0:
-            return []
-        times = _int_column(batch, self.time)
-        keep = self._drop_late(times)
-        if keep is not None:
-            batch = batch.filter(pa.array(keep))
-            times = times[keep]
-            if not len(times):
-                return []
-        mx = int(times.max())
-        self._max_time = mx if self._max_time is None else max(self._max_time, mx)
+    def on_batch(self, batch: pa.RecordBatch, before: np.ndarray | None = None
+                 ) -> list[pa.RecordBatch]:
+        batch, _late = self.admit(batch, before)
+        if batch is not None:
+            self._ingest(batch, _int_column(batch, self.time))
+        return self._advance_to(self.clock.watermark, final=False)
+
+    count_mode = False
+
+    def _ingest(self, batch: pa.RecordBatch, times: np.ndarray) -> None:
         lift = self._lift(batch, times)
         ent = (batch.column(ENTRY_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)
                if self.has_entry else None)
@@ -182,29 +181,20 @@ class PrefixWindowOperator:
             t = times if idx is None else times[idx]
             ks = self._key_state.get(key_value)
             if ks is None:
-                origin = int(self.fixed_origin) if self.fixed_origin is not None else int(t.min())
+                # the grid phase: the pinned origin, else the key's first element (arrival order)
+                origin = int(self.fixed_origin) if self.fixed_origin is not None else int(t[0])
                 ks = self._new_key(origin)
                 self._key_state[key_value] = ks
+            first = self.grid.first_window(ks.origin, int(t.min()))
+            if first < ks.first:
+                ks.first = first
             lk = lift if idx is None else lift[idx]
             ek = None if ent is None else (ent if idx is None else ent[idx])
-            t = np.maximum(t, ks.origin)  # the general engine counts earlier rows at the origin
             if len(t) > 1 and np.any(t[1:] < t[:-1]):
                 order = np.argsort(t, kind="stable")
                 t, lk = t[order], lk[order]
                 ek = None if ek is None else ek[order]
             ks.append(t, lk, ek)
-        wm = self._max_time - self.lateness
-        if self._watermark is None or wm > self._watermark:
-            self._watermark = wm
-        return self._emit_all(final=False)
-
-    # The clock is the general engine's, to the letter: the same watermark, end-of-input and
-    # late-row rules (the property test holds the two engines' outputs equal).
-    count_mode = False
-    on_watermark = WindowOperator.on_watermark
-    on_end = WindowOperator.on_end
-    watermark = WindowOperator.watermark
-    _drop_late = WindowOperator._drop_late
 
     # -- ingest --------------------------------------------------------------------------
     def _lift(self, batch: pa.RecordBatch, times: np.ndarray) -> np.ndarray:
@@ -232,21 +222,21 @@ class PrefixWindowOperator:
 
     def _new_key(self, origin: int) -> _PKey:
         k = sum(self._widths)
-        return _PKey(origin=origin, done=origin, times=np.empty(0, np.int64),
+        return _PKey(origin=origin, done=_NOT_STARTED, first=origin, times=np.empty(0, np.int64),
                      cum=np.empty((0, k), np.int64),
                      ent=np.empty(0, np.int64),
                      head=0, n=0, base=np.zeros(k, np.int64), base_ent=0, dropped=0,
                      key_order=len(self._key_state), with_ent=self.has_entry)
 
     # -- emission ------------------------------------------------------------------------
-    def _starts(self, t: np.ndarray, o: int) -> np.ndarray:
+    def _starts(self, t: np.ndarray, o: int, lo: int) -> np.ndarray:
         g = self.grid
         if g.L is None:
-            return np.full(len(t), o, np.int64)
+            return np.full(len(t), lo, np.int64)
         k = -((-(t - o - g.L)) // g.S)
-        return o + np.maximum(k, 0) * g.S
+        return o + np.maximum(k, (lo - o) // g.S) * g.S
 
-    def _instants(self, o: int, after: int, hi: int) -> np.ndarray:
+    def _instants(self, o: int, after: int, hi: int, lo: int) -> np.ndarray:
         """Emission instants in ``(after, hi]``: ``o + m*E`` and window ends ``o + k*S + L``."""
         g = self.grid
         parts = []
@@ -256,7 +246,7 @@ class PrefixWindowOperator:
             if m1 >= m0:
                 parts.append(o + g.E * np.arange(m0, m1 + 1, dtype=np.int64))
         if g.L is not None:
-            k0 = max(_ceil_div(after + 1 - o - g.L, g.S), 0)
+            k0 = max(_ceil_div(after + 1 - o - g.L, g.S), (lo - o) // g.S)
             k1 = (hi - o - g.L) // g.S
             if k1 >= k0:
                 parts.append(o + g.L + g.S * np.arange(k0, k1 + 1, dtype=np.int64))
@@ -272,10 +262,10 @@ class PrefixWindowOperator:
         up to ``limit``."""
         g = self.grid
         o = ks.origin
-        t0 = g.next_instant(o, ks.done)
+        t0 = g.next_instant(o, ks.done, ks.first)
         if t0 > limit:
             return False
-        s0 = o if g.L is None else g.window_start(o, t0)
+        s0 = g.window_start(o, t0, ks.first)
         if self._count_before(ks, t0) - (0 if g.L is None else self._count_before(ks, s0)) > 0:
             return True
         # window at t0 is empty: so is every window up to the next element at or after t0
@@ -286,13 +276,13 @@ class PrefixWindowOperator:
             ks.done = max(ks.done, limit)
             return False
         ks.done = max(ks.done, nxt)
-        return g.next_instant(o, ks.done) <= limit
+        return g.next_instant(o, ks.done, ks.first) <= limit
 
     def _piece(self, ks: _PKey, hi: int):
         """Rows of the key's instants in ``(done, hi]``: arrays, or None."""
         g = self.grid
         o = ks.origin
-        T = self._instants(o, ks.done, hi)
+        T = self._instants(o, ks.done, hi, ks.first)
         ks.done = max(ks.done, hi)
         if not len(T):
             return None
@@ -303,10 +293,10 @@ class PrefixWindowOperator:
         sums = np.where((jT > 0)[:, None], cum[np.maximum(jT - 1, 0)], ks.base[None, :]) \
             if len(view) else np.broadcast_to(ks.base, (len(T), len(ks.base))).copy()
         if g.L is None:
-            S = np.full(len(T), o, np.int64)
+            S = np.full(len(T), ks.first, np.int64)
             final = np.zeros(len(T), bool)
         else:
-            S = self._starts(T, o)
+            S = self._starts(T, o, ks.first)
             final = T == S + g.L
             jS = view.searchsorted(S, side="left")
             cnt = cnt - (ks.dropped + jS)
@@ -337,15 +327,15 @@ class PrefixWindowOperator:
         if g.L is None:
             ks.drop_before(ks.done)  # C(t) for t > done only needs the sum before done
         else:
-            nxt = g.next_instant(ks.origin, ks.done)
-            ks.drop_before(g.window_start(ks.origin, nxt))
+            nxt = g.next_instant(ks.origin, ks.done, ks.first)
+            ks.drop_before(g.window_start(ks.origin, nxt, ks.first))
 
     def _emit_all(self, final: bool) -> list[pa.RecordBatch]:
-        wm = self._watermark
+        wm = self._wm
         if wm is None or not self._key_state:
             return []
         g = self.grid
-        limits = {kv: (g.next_instant(ks.origin, wm - 1) if final else wm)
+        limits = {kv: (g.next_instant(ks.origin, wm - 1, ks.first) if final else wm)
                   for kv, ks in self._key_state.items()}
         step = min(x for x in (g.E, g.S) if x is not None)
         out: list[pa.RecordBatch] = []
@@ -355,7 +345,7 @@ class PrefixWindowOperator:
             active = [(kv, ks) for kv, ks in active if self._skip_empty(ks, limits[kv])]
             if not active:
                 break
-            start = min(g.next_instant(ks.origin, ks.done) for _, ks in active)
+            start = min(g.next_instant(ks.origin, ks.done, ks.first) for _, ks in active)
             horizon = start + step * max(1, MAX_BATCH_ROWS // (2 * len(active))) - 1
             for kv, ks in active:
                 piece = self._piece(ks, min(limits[kv], horizon))
@@ -420,21 +410,19 @@ class PrefixWindowOperator:
             keys.append([list(kv) if isinstance(kv, tuple) else kv, ks.origin, ks.done,
                          ks.times[ks.head:ks.n].copy(), ks.cum[ks.head:ks.n].copy(),
                          ks.ent[ks.head:ks.n].copy() if ks.with_ent else None,
-                         ks.base, ks.base_ent, ks.dropped, ks.key_order])
-        return serde.packb({"format": "epic.window.prefix/1", "watermark": self._watermark,
-                            "max_time": self._max_time, "late_rows": self.late_rows,
-                            "widths": self._widths, "keys": keys})
+                         ks.base, ks.base_ent, ks.dropped, ks.key_order, ks.first])
+        return serde.packb({"format": "epic.window.prefix/2", "clock": self.clock.to_state(),
+                            "wm": self._wm, "widths": self._widths, "keys": keys})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.window.prefix/1":
-            raise StateError("not a prefix window snapshot (format epic.window.prefix/1)")
-        self._watermark = st["watermark"]
-        self._max_time = st["max_time"]
-        self.late_rows = st["late_rows"]
+        if not isinstance(st, dict) or st.get("format") != "epic.window.prefix/2":
+            raise StateError("not a prefix window snapshot (format epic.window.prefix/2)")
+        self.clock = EventClock.from_state(st["clock"])
+        self._wm = st["wm"]
         self._widths = st["widths"]
         self._key_state = {}
-        for kv, origin, done, times, cum, ent, base, base_ent, dropped, order in st["keys"]:
+        for kv, origin, done, times, cum, ent, base, base_ent, dropped, order, first in st["keys"]:
             key_value = tuple(kv) if len(self.keys) > 1 else kv
             times = np.asarray(times, np.int64)
             k = sum(self._widths)
@@ -444,4 +432,4 @@ class PrefixWindowOperator:
                 ent=np.asarray(ent, np.int64).copy() if ent is not None else np.empty(0, np.int64),
                 head=0, n=len(times), base=np.asarray(base, np.int64).copy(),
                 base_ent=int(base_ent), dropped=int(dropped), key_order=int(order),
-                with_ent=self.has_entry)
+                with_ent=self.has_entry, first=int(first))

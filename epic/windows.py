@@ -39,6 +39,7 @@ from . import serde
 from .aggregates import Aggregate, AggSpec
 from .errors import SpecError, StateError
 from .operator import ENTRY_COLUMN
+from .timecore import EventClock
 from .timeunits import check_unit, to_ticks
 
 __all__ = [
@@ -129,6 +130,7 @@ class FewCountWindow(WindowSpec):
     stride: int | None
     ef: int | None
     panes: bool | None = None
+    lateness: Duration = 0
 
     time_column = "ts"
 
@@ -139,6 +141,11 @@ class FewCountWindow(WindowSpec):
                                 f"got {v!r}")
 
         _check_few("few_count", self, check, int)
+        if _seconds(self.lateness) < 0:
+            raise SpecError("few_count: lateness must be >= 0")
+
+    def lateness_ticks(self, unit: str) -> int:
+        return to_ticks(self.lateness, unit, what="lateness")
 
     @property
     def is_landmark(self) -> bool:
@@ -160,10 +167,16 @@ class PredicateWindow(WindowSpec):
     end: Callable[..., bool] | str | None
     kind: str = "tumbling"
     force: bool = False
+    lateness: Duration = 0
 
     time_column = "ts"
 
+    def lateness_ticks(self, unit: str) -> int:
+        return to_ticks(self.lateness, unit, what="lateness")
+
     def __post_init__(self):
+        if _seconds(self.lateness) < 0:
+            raise SpecError("predicate_window: lateness must be >= 0")
         if self.kind not in ("tumbling", "sliding", "landmark"):
             raise SpecError(f"predicate_window: kind must be 'tumbling', 'sliding' or 'landmark',"
                             f" got {self.kind!r}")
@@ -244,34 +257,39 @@ def landmark(ef: Duration, **kw) -> FewTimeWindow:
 
 
 def few_count(length: int | None, stride: int | None = None, ef: int | None = None,
-              *, panes: bool | None = None) -> FewCountWindow:
+              *, panes: bool | None = None, lateness: Duration = 0) -> FewCountWindow:
     """A FEW window over element counts per key (positions 0, 1, 2, ...).
+
+    Positions follow event time: an element gets its position once the watermark has passed it
+    (so rows out of order within ``lateness`` seconds are counted in time order), and rows are
+    emitted in event-time order of the element that closes them.
 
     >>> few_count(100, 10, 5).length
     100
     """
     if stride is None and length is not None:
         stride = length
-    return FewCountWindow(length, stride, ef, panes)
+    return FewCountWindow(length, stride, ef, panes, lateness)
 
 
-def tumbling_count(length: int, ef: int | None = None) -> FewCountWindow:
+def tumbling_count(length: int, ef: int | None = None, **kw) -> FewCountWindow:
     """Tumbling count window."""
-    return few_count(length, length, ef)
+    return few_count(length, length, ef, **kw)
 
 
-def sliding_count(length: int, stride: int) -> FewCountWindow:
+def sliding_count(length: int, stride: int, **kw) -> FewCountWindow:
     """Sliding count window without early emission."""
-    return few_count(length, stride, None)
+    return few_count(length, stride, None, **kw)
 
 
-def landmark_count(ef: int) -> FewCountWindow:
+def landmark_count(ef: int, **kw) -> FewCountWindow:
     """Landmark count window, emitted every ``ef`` elements."""
-    return few_count(None, None, ef)
+    return few_count(None, None, ef, **kw)
 
 
 def predicate_window(start: Callable[..., bool], end: Callable[..., bool] | str | None = None, *,
-                     kind: str = "tumbling", force: bool = False) -> PredicateWindow:
+                     kind: str = "tumbling", force: bool = False,
+                     lateness: Duration = 0) -> PredicateWindow:
     """A window whose boundaries are predicates over items (XQuery 3.0 FORSEQ).
 
     ``start(cur, prev, next, pos)`` is asked for each item; ``end(first, cur, prev, next, pos)``
@@ -291,7 +309,7 @@ def predicate_window(start: Callable[..., bool], end: Callable[..., bool] | str 
     ``force=True`` drops a window still open when the input ends (XQuery's ``only end``);
     by default it is emitted, not final.
     """
-    return PredicateWindow(start, end, kind, force)
+    return PredicateWindow(start, end, kind, force, lateness)
 
 
 # ------------------------------------------------------------------------------------------
@@ -306,54 +324,69 @@ class _Grid:
     S: int | None
     E: int | None
 
-    def next_instant(self, o: int, after: int) -> int:
-        """First emission instant strictly after ``after`` (instants: o+mE and window ends)."""
+    def next_instant(self, o: int, after: int, lo: int | None = None) -> int:
+        """First emission instant strictly after ``after`` (instants: o+mE and window ends).
+
+        ``lo``: the start of the key's first window (default ``o``): windows ``k >= 0`` start at
+        the origin, and an element before it adds the earlier windows holding it."""
         best = INT64_MAX * 4
         if self.E is not None:
             m = (after - o) // self.E + 1
             best = o + m * self.E
         if self.L is not None:
             k = _ceil_div(after + 1 - o - self.L, self.S)
-            if k < 0:
-                k = 0
+            k0 = 0 if lo is None else (lo - o) // self.S
+            if k < k0:
+                k = k0
             best = min(best, o + k * self.S + self.L)
         return best
 
-    def next_boundary(self, o: int, after: int, instant: int | None = None) -> int:
+    def next_boundary(self, o: int, after: int, instant: int | None = None,
+                      lo: int | None = None) -> int:
         """First pane boundary strictly after ``after``: instants plus window starts.
 
-        ``instant`` is ``next_instant(o, after)`` when the caller already has it.
+        ``instant`` is ``next_instant(o, after, lo)`` when the caller already has it.
         """
-        b = self.next_instant(o, after) if instant is None else instant
+        b = self.next_instant(o, after, lo) if instant is None else instant
         if self.L is not None:
             k = (after - o) // self.S + 1
             b = min(b, o + k * self.S)
         return b
 
     def prev_boundary(self, o: int, at: int) -> int:
-        """Largest pane boundary ``<= at`` (and ``>= o``)."""
-        best = o
-        if at <= o:
-            return o
+        """A pane boundary ``<= at`` with no boundary between it and ``at``, on the grid
+        extended before the origin (every ``o + m*E``, window start and window end)."""
+        best = None
         if self.E is not None:
-            best = max(best, o + ((at - o) // self.E) * self.E)
+            best = o + ((at - o) // self.E) * self.E
         if self.L is not None:
-            best = max(best, o + ((at - o) // self.S) * self.S)
-            if at - o >= self.L:
-                best = max(best, o + ((at - o - self.L) // self.S) * self.S + self.L)
+            b = o + ((at - o) // self.S) * self.S
+            best = b if best is None else max(best, b)
+            best = max(best, o + ((at - o - self.L) // self.S) * self.S + self.L)
         return best
 
-    def window_start(self, o: int, t: int) -> int:
-        """Start of the window being formed at instant ``t``."""
-        if self.L is None:
+    def first_window(self, o: int, earliest: int) -> int:
+        """Start of a key's first window: window 0 (at ``o``), or, when the key has an element
+        before the origin, the first window that holds it (a landmark: the instant at or before
+        it)."""
+        if earliest >= o:
             return o
-        k = _ceil_div(t - o - self.L, self.S)
-        return o + max(k, 0) * self.S
+        if self.L is None:
+            return o + ((earliest - o) // self.E) * self.E
+        return o + _ceil_div(earliest - o - self.L + 1, self.S) * self.S
 
-    def is_final(self, o: int, t: int) -> bool:
+    def window_start(self, o: int, t: int, lo: int | None = None) -> int:
+        """Start of the window being formed at instant ``t`` (a landmark: its start ``lo``)."""
+        if self.L is None:
+            return o if lo is None else lo
+        k = _ceil_div(t - o - self.L, self.S)
+        k0 = 0 if lo is None else (lo - o) // self.S
+        return o + max(k, k0) * self.S
+
+    def is_final(self, o: int, t: int, lo: int | None = None) -> bool:
         if self.L is None:
             return False
-        s = self.window_start(o, t)
+        s = self.window_start(o, t, lo)
         return t == s + self.L
 
 
@@ -540,6 +573,91 @@ class _TwoStacks:
 # The operator
 
 
+class _Clocked:
+    """What every window operator shares: the node's :class:`~epic.timecore.EventClock` and, for
+    the kinds that take elements in event-time order (count and predicate windows), the on-time
+    rows held until the watermark passes them."""
+
+    time: str
+    clock: EventClock
+    _held: pa.Table | None
+
+    #: the operator takes ``before`` (each row's stream high-water mark) and ``observe``
+    stream_clock = True
+
+    def admit(self, batch: pa.RecordBatch, before: np.ndarray | None = None):
+        """Split ``batch`` into on-time rows and late rows (either may be None)."""
+        if batch.num_rows == 0:
+            return None, None
+        keep = self.clock.admit(_int_column(batch, self.time), before)
+        if keep is None:
+            return batch, None
+        late = batch.filter(pa.array(~keep))
+        batch = batch.filter(pa.array(keep))
+        return (batch if batch.num_rows else None), late
+
+    def observe(self, high: int | None) -> list[pa.RecordBatch]:
+        """The input stream reached event time ``high`` in rows this operator did not get."""
+        self.clock.observe(high)
+        return self._advance_to(self.clock.watermark, final=False)
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        if not self.clock.push(watermark):
+            return []
+        return self._advance_to(self.clock.watermark, final=False)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return self._advance_to(self.clock.end(), final=True)
+
+    @property
+    def watermark(self) -> int | None:
+        """The operator's watermark: rows with a smaller event time are late."""
+        return self.clock.watermark
+
+    @property
+    def late_rows(self) -> int:
+        """Rows that arrived behind the watermark (counted, never silent)."""
+        return self.clock.late_rows
+
+    def _advance_to(self, wm: int | None, final: bool) -> list[pa.RecordBatch]:
+        if self.count_mode:
+            self._release(wm, final)
+        if wm is None:
+            return []
+        if self._wm is not None and wm < self._wm:
+            wm = self._wm
+        self._wm = wm
+        return self._emit_all(final)
+
+    def _hold(self, batch: pa.RecordBatch) -> None:
+        t = pa.Table.from_batches([batch])
+        self._held = t if self._held is None else pa.concat_tables([self._held, t])
+
+    def _release(self, wm: int | None, final: bool) -> None:
+        """Count windows: rows the watermark has passed get their positions, in time order
+        (ties: arrival order)."""
+        rows = self._take_ready(wm, final)
+        if rows is not None:
+            for b in rows.to_batches():
+                self._ingest(b, _int_column(b, self.time))
+
+    def _take_ready(self, wm: int | None, final: bool) -> pa.Table | None:
+        """Held rows below ``wm`` (all at the end), sorted by time then arrival; kept: the rest."""
+        held = self._held
+        if held is None or held.num_rows == 0 or (wm is None and not final):
+            return None
+        times = _int_column(held, self.time)
+        ready = np.ones(len(times), bool) if final else times < wm
+        if not ready.any():
+            return None
+        idx = np.flatnonzero(ready)
+        order = idx[np.argsort(times[idx], kind="stable")]
+        rows = held.take(pa.array(order)).combine_chunks()
+        rest = np.flatnonzero(~ready)
+        self._held = held.take(pa.array(rest)) if len(rest) else None
+        return rows
+
+
 @dataclass
 class _Key:
     """Window state of one partition key."""
@@ -558,9 +676,10 @@ class _Key:
     last_time: int  # event time of the newest added element
     seen: int  # elements received (count windows: the next position)
     key_order: int
+    first: int = 0  # start of the key's first window (Grid.first_window)
 
 
-class WindowOperator:
+class WindowOperator(_Clocked):
     """Runtime logic of a FEW time or count window with aggregates, per partition key.
 
     Args:
@@ -592,7 +711,7 @@ class WindowOperator:
         self.keys = _key_tuple(key)
         self.count_mode = isinstance(spec, FewCountWindow)
         self.grid = spec.resolve(unit)
-        self.lateness = 0 if self.count_mode else spec.lateness_ticks(unit)
+        self.lateness = spec.lateness_ticks(unit)
         self.fixed_origin = None if self.count_mode else spec.origin
         self.has_entry = ENTRY_COLUMN in schema.names
         _check_columns(schema, time, self.keys, self.aggs)
@@ -611,25 +730,27 @@ class WindowOperator:
         self.any_reset = "reset" in self.modes
         self.output_schema = window_output_schema(spec, self.aggs, schema, key)
         self._key_state: dict[Any, _Key] = {}
-        self._watermark: int | None = None
-        self._max_time: int | None = None
-        #: rows dropped because they arrived behind the watermark (reported, never silent)
-        self.late_rows = 0
+        #: the node's time: high-water mark, pushed watermarks, late-row decisions and counts
+        self.clock = EventClock(self.lateness)
+        #: count windows: on-time rows not yet passed by the watermark (an Arrow table)
+        self._held: pa.Table | None = None
+        self._wm: int | None = None  # the watermark the windows were last advanced to
 
     # -- public protocol -----------------------------------------------------------------
-    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
-        if batch.num_rows == 0:
-            return []
-        times = _int_column(batch, self.time)
-        if not self.count_mode:
-            keep = self._drop_late(times)
-            if keep is not None:
-                batch = batch.filter(pa.array(keep))
-                times = times[keep]
-                if not len(times):
-                    return []
-            mx = int(times.max())
-            self._max_time = mx if self._max_time is None else max(self._max_time, mx)
+    def on_batch(self, batch: pa.RecordBatch, before: np.ndarray | None = None
+                 ) -> list[pa.RecordBatch]:
+        """Rows of the input stream. ``before``: each row's stream high-water mark before it,
+        when the runtime gives this operator only some keys' rows (a Spark partition)."""
+        batch, _late = self.admit(batch, before)
+        if batch is not None:
+            if self.count_mode:
+                self._hold(batch)
+            else:
+                self._ingest(batch, _int_column(batch, self.time))
+        return self._advance_to(self.clock.watermark, final=False)
+
+    # -- ingest --------------------------------------------------------------------------
+    def _ingest(self, batch: pa.RecordBatch, times: np.ndarray) -> None:
         columns = [_value_column(batch, c) for c in self.value_columns]
         columns.append(times)
         if self.has_entry:
@@ -639,67 +760,22 @@ class WindowOperator:
             ks = self._key_state.get(key_value)
             cols = columns if idx is None else [c[idx] for c in columns]
             if ks is None:
-                ks = self._new_key(self._origin_for(cols[-1 - self.has_entry]))
+                ks = self._new_key(self._origin_for(cols[len(self.value_columns)]))
                 self._key_state[key_value] = ks
             self._append(ks, cols)
-        if not self.count_mode:
-            wm = self._max_time - self.lateness
-            if self._watermark is None or wm > self._watermark:
-                self._watermark = wm
-        return self._emit_all(final=False)
-
-    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        if self.count_mode:
-            return []
-        watermark = int(watermark)
-        if self._watermark is not None and watermark <= self._watermark:
-            return []
-        self._watermark = watermark
-        return self._emit_all(final=False)
-
-    def on_end(self) -> list[pa.RecordBatch]:
-        if not self.count_mode:
-            end = self._watermark
-            if self._max_time is not None:
-                end = self._max_time + 1 if end is None else max(end, self._max_time + 1)
-            if end is None:
-                return []
-            self._watermark = end
-        return self._emit_all(final=True)
-
-    @property
-    def watermark(self) -> int | None:
-        """The operator's watermark: no element with a smaller event time is accepted."""
-        return self._watermark
-
-    # -- ingest --------------------------------------------------------------------------
-    def _drop_late(self, times: np.ndarray):
-        """Mask of on-time rows, decided per element so that batch boundaries do not matter."""
-        prev = np.empty(len(times), dtype=np.int64)
-        # half the int64 range, so that subtracting the lateness cannot wrap around
-        prev[0] = INT64_MIN // 2 if self._max_time is None else self._max_time
-        if len(times) > 1:
-            np.maximum.accumulate(times[:-1], out=prev[1:])
-            if self._max_time is not None:
-                np.maximum(prev[1:], self._max_time, out=prev[1:])
-        late = times < (prev - self.lateness if self.lateness else prev)
-        if self._watermark is not None:
-            late |= times < self._watermark
-        if not late.any():
-            return None
-        self.late_rows += int(late.sum())
-        return ~late
 
     def _origin_for(self, times: np.ndarray) -> int:
+        """The grid phase of a new key: the pinned origin, else the key's first element (in
+        arrival order: never the minimum of a batch, so batch cuts cannot move it)."""
         if self.count_mode:
             return 0
         if self.fixed_origin is not None:
             return int(self.fixed_origin)
-        return int(times.min())
+        return int(times[0])
 
     def _new_key(self, origin: int) -> _Key:
         return _Key(
-            origin=origin, done=origin, buf=_Buffer(), hi=0, lo=0,
+            origin=origin, done=_NOT_STARTED, first=origin, buf=_Buffer(), hi=0, lo=0,
             states=[a.aggregate.init() if m != "pane" else None
                     for a, m in zip(self.aggs, self.modes)],
             panes=[_TwoStacks(a.aggregate) if m == "pane" else None
@@ -718,6 +794,9 @@ class WindowOperator:
             return
         ks.seen += n
         t = cols[ti]
+        first = self.grid.first_window(ks.origin, int(t.min()))
+        if first < ks.first:
+            ks.first = first  # an element before the origin (out of order, or a pinned origin)
         if n > 1 and np.any(t[1:] < t[:-1]):
             order = np.argsort(t, kind="stable")
             cols = [c[order] for c in cols]
@@ -740,10 +819,13 @@ class WindowOperator:
         in bounded batches, so a long watermark jump (a gap in the data, half-time) never builds
         one giant batch: at most ``MAX_BATCH_ROWS`` rows or ``MAX_BATCH_ELEMENTS`` nested result
         elements (lists, maps) per batch."""
-        wm = self._watermark
+        wm = self._wm
         gens = [self._advance(key_value, ks, ks.seen if self.count_mode else wm, final)
                 for key_value, ks in self._key_state.items()]
-        rows = gens[0] if len(gens) == 1 else heapq.merge(*gens, key=lambda r: (r[2], r[0]))
+        # time windows: by instant, then key; count windows: by the event time of the element
+        # that closes the row, then key
+        order = (lambda r: (r[6], r[0])) if self.count_mode else (lambda r: (r[2], r[0]))
+        rows = gens[0] if len(gens) == 1 else heapq.merge(*gens, key=order)
         out: list[pa.RecordBatch] = []
         chunk: list = []
         weight = 0
@@ -764,8 +846,10 @@ class WindowOperator:
         grid = self.grid
         o = ks.origin
         buf = ks.buf
-        # at the end of the input, also the instant that closes the data (first instant >= wm)
-        limit = grid.next_instant(o, wm - 1) if final else wm
+        # at the end of the input, also the instant that closes the data (first instant >= wm);
+        # a count window instead emits its incomplete window once more (below)
+        lo = ks.first
+        limit = grid.next_instant(o, wm - 1, lo) if final and not self.count_mode else wm
         while True:
             if ks.in_window == 0:
                 if ks.hi >= buf.end:
@@ -778,7 +862,7 @@ class WindowOperator:
                 if jump > ks.done:
                     ks.done = jump
             # this loop runs once per emission and key: grid arithmetic is done once here
-            inst = grid.next_instant(o, ks.done)
+            inst = grid.next_instant(o, ks.done, lo)
             b = grid.next_boundary(o, ks.done, inst)
             if b > limit:
                 break
@@ -787,7 +871,7 @@ class WindowOperator:
             ks.done = b
             if inst != b:
                 continue  # a window start that is no emission instant
-            s = grid.window_start(o, b)
+            s = grid.window_start(o, b, lo)
             is_final = grid.L is not None and b == s + grid.L
             self._evict(ks, s)
             if ks.in_window > 0:
@@ -796,6 +880,15 @@ class WindowOperator:
                 for i, m in enumerate(self.modes):
                     if m == "reset":
                         ks.states[i] = self.aggs[i].aggregate.init()
+        n = buf.end
+        if final and self.count_mode and n > 0 and grid.next_instant(o, n - 1, lo) != n:
+            # the end of the input: the window being formed, [s, n) with n the elements seen,
+            # not final (it is incomplete: a complete one ends at an instant, emitted above)
+            self._add_segment(ks, ks.hi, n)
+            s = grid.window_start(o, n, lo)
+            self._evict(ks, s)
+            if ks.in_window > 0:
+                yield self._result_row(key_value, ks, s, n, False)
         keep_from = ks.lo if self.any_remove else ks.hi
         if keep_from > buf.base:
             buf.drop_before(keep_from)
@@ -804,7 +897,8 @@ class WindowOperator:
         """Add elements ``[a, b)`` (times in ``[ks.done, boundary)``) as one segment."""
         if b <= a:
             return
-        t, cols = ks.buf.slice(a, b)
+        _, cols = ks.buf.slice(a, b)
+        t = cols[self._col_index["__time"]]  # event times (count windows: not positions)
         for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
             values = _agg_values(cols, self._agg_cols[i], t)
             if mode == "pane":
@@ -837,7 +931,8 @@ class WindowOperator:
             # ``in_window`` added elements: no search needed
             lo_new = ks.hi - ks.in_window
             if lo_new > ks.lo:
-                t, cols = ks.buf.slice(ks.lo, lo_new)
+                _, cols = ks.buf.slice(ks.lo, lo_new)
+                t = cols[self._col_index["__time"]]
                 for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
                     if mode == "remove":
                         ks.states[i] = spec.aggregate.remove_batch(
@@ -886,23 +981,23 @@ class WindowOperator:
                 ks.origin, ks.done, ks.buf.to_state(), ks.hi, ks.lo, ks.states,
                 [p.to_state() if p is not None else None for p in ks.panes],
                 list(ks.seg_starts), list(ks.seg_counts), ks.in_window, ks.entry, ks.last_time, ks.seen,
-                ks.key_order,
+                ks.key_order, ks.first,
             ])
         return serde.packb({
-            "format": "epic.window/1", "watermark": self._watermark, "max_time": self._max_time,
-            "late_rows": self.late_rows, "keys": keys,
+            "format": "epic.window/2", "clock": self.clock.to_state(), "wm": self._wm,
+            "held": None if self._held is None else _table_bytes(self._held), "keys": keys,
         })
 
     def restore(self, data: bytes) -> None:
         st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.window/1":
-            raise StateError("not a window operator snapshot (format epic.window/1)")
-        self._watermark = st["watermark"]
-        self._max_time = st["max_time"]
-        self.late_rows = st["late_rows"]
+        if not isinstance(st, dict) or st.get("format") != "epic.window/2":
+            raise StateError("not a window operator snapshot (format epic.window/2)")
+        self.clock = EventClock.from_state(st["clock"])
+        self._wm = st["wm"]
+        self._held = None if st["held"] is None else _table_from_bytes(st["held"])
         self._key_state = {}
         for (kv, origin, done, buf, hi, lo, states, panes, sstarts, scounts, inw, entry, last,
-             seen, order) in st["keys"]:
+             seen, order, first) in st["keys"]:
             key_value = tuple(kv) if len(self.keys) > 1 else kv
             self._key_state[key_value] = _Key(
                 origin=origin, done=done, buf=_Buffer.from_state(buf), hi=hi, lo=lo,
@@ -910,11 +1005,26 @@ class WindowOperator:
                 panes=[_TwoStacks.from_state(a.aggregate, p) if p is not None else None
                        for a, p in zip(self.aggs, panes)],
                 seg_starts=deque(sstarts), seg_counts=deque(scounts), in_window=inw, entry=entry,
-                last_time=last, seen=seen, key_order=order,
+                last_time=last, seen=seen, key_order=order, first=first,
             )
 
 
 INT64_MIN = np.iinfo(np.int64).min
+
+#: ``_Key.done`` of a key whose first boundary is not known yet (``_advance`` jumps to the
+#: boundary at or before the key's first pending element, never past the watermark)
+_NOT_STARTED = INT64_MIN // 4
+
+
+def _table_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _table_from_bytes(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 #: bounds of one output batch of a window operator (see ``WindowOperator._emit_all``)
 MAX_BATCH_ROWS = 65_536
@@ -1132,8 +1242,12 @@ def _arity(fn: Callable, most: int) -> int:
     return min(n, most)
 
 
-class PredicateWindowOperator:
+class PredicateWindowOperator(_Clocked):
     """Runtime logic of :func:`predicate_window`, per partition key, item by item.
+
+    Items are taken in event-time order (ties: arrival order): an on-time row waits until the
+    watermark has passed it, so rows out of order within the spec's ``lateness`` are seen in
+    their place, whatever the batch cuts; rows behind the watermark are late.
 
     Output rows carry ``window_start`` / ``window_end``: the event times of the window's first and
     last item (both inclusive), ``final`` (False for early landmark results and for windows still
@@ -1158,6 +1272,8 @@ class PredicateWindowOperator:
         self.lookahead = self._start_n >= 3 or self._end_n >= 4
         self._state: dict[Any, list] = {}  # key -> [pos, prev, pending, open windows]
         self._order: dict[Any, int] = {}
+        self.clock = EventClock(spec.lateness_ticks(unit))
+        self._held = None
 
     # item hooks ----------------------------------------------------------------------------
     def _start(self, cur, prev, nxt, pos) -> bool:
@@ -1210,10 +1326,31 @@ class PredicateWindowOperator:
         st[1] = cur
 
     # protocol ------------------------------------------------------------------------------
-    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    def on_batch(self, batch: pa.RecordBatch, before: np.ndarray | None = None
+                 ) -> list[pa.RecordBatch]:
+        batch, _late = self.admit(batch, before)
+        if batch is not None:
+            self._hold(batch)
+        return self._items(self._take_ready(self.clock.watermark, False))
+
+    def observe(self, high: int | None) -> list[pa.RecordBatch]:
+        self.clock.observe(high)
+        return self._items(self._take_ready(self.clock.watermark, False))
+
+    @property
+    def watermark(self) -> int | None:
+        return self.clock.watermark
+
+    @property
+    def late_rows(self) -> int:
+        return self.clock.late_rows
+
+    def _items(self, rows: pa.Table | None) -> list[pa.RecordBatch]:
+        if rows is None:
+            return []
         out: list = []
         key_cols = self.keys
-        for item in batch.to_pylist():
+        for item in rows.to_pylist():
             if not key_cols:
                 kv = None
             elif len(key_cols) == 1:
@@ -1233,9 +1370,12 @@ class PredicateWindowOperator:
         return [self._to_batch(out)] if out else []
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        return []
+        if not self.clock.push(watermark):
+            return []
+        return self._items(self._take_ready(self.clock.watermark, False))
 
     def on_end(self) -> list[pa.RecordBatch]:
+        first = self._items(self._take_ready(None, True))
         out: list = []
         for kv, st in self._state.items():
             if st[2] is not None:
@@ -1246,7 +1386,7 @@ class PredicateWindowOperator:
                     if self.spec.kind != "landmark":
                         out.append(self._row(kv, w, st[1][self.time], False))
             st[3] = []
-        return [self._to_batch(out)] if out else []
+        return first + ([self._to_batch(out)] if out else [])
 
     def _to_batch(self, rows: list) -> pa.RecordBatch:
         schema = self.output_schema
@@ -1271,12 +1411,17 @@ class PredicateWindowOperator:
     def snapshot(self) -> bytes:
         keys = [[list(kv) if isinstance(kv, tuple) else kv, st, self._order[kv]]
                 for kv, st in self._state.items()]
-        return serde.packb({"format": "epic.predicate_window/1", "keys": keys})
+        return serde.packb({"format": "epic.predicate_window/2", "keys": keys,
+                            "clock": self.clock.to_state(),
+                            "held": None if self._held is None else _table_bytes(self._held)})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.predicate_window/1":
-            raise StateError("not a predicate window snapshot (format epic.predicate_window/1)")
+        if not isinstance(st, dict) or st.get("format") != "epic.predicate_window/2":
+            raise StateError("not a predicate window snapshot (format epic.predicate_window/2)")
+        self.clock = EventClock.from_state(st["clock"])
+        self._held = None if st["held"] is None else _table_from_bytes(st["held"])
+        st = {"keys": st["keys"]}
         self._state, self._order = {}, {}
         for kv, s, order in st["keys"]:
             kv = tuple(kv) if len(self.keys) > 1 else kv

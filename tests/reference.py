@@ -1,71 +1,114 @@
-"""Brute-force reference semantics of FEW windows, written independently of the engine.
+"""Brute-force reference semantics of windows, written from docs/windows.md, not from the engine.
 
-It enumerates every emission instant and recomputes each window from scratch; slow and obvious.
+It walks the rows in arrival order once to decide which are late (the stream rule), then, per key,
+enumerates every emission instant and recomputes each window from scratch: slow and obvious.
 """
 
 from __future__ import annotations
 
 
-def _instants(origin, L, S, E, limit):
-    """Sorted emission instants up to and including the first one >= limit."""
-    out = set()
-    if E:
-        m = 1
-        while True:
-            t = origin + m * E
-            out.add(t)
-            if t >= limit:
-                break
-            m += 1
-    if L is not None:
-        k = 0
-        while True:
-            t = origin + k * S + L
-            out.add(t)
-            if t >= limit:
-                break
-            k += 1
-    first_closing = min(t for t in out if t >= limit)
-    return sorted(t for t in out if t <= first_closing)
+def _ceil_div(a, b):
+    return -((-a) // b)
 
 
-def window_start(origin, L, S, t):
-    if L is None:
-        return origin
-    k = -((-(t - origin - L)) // S)
-    return origin + max(k, 0) * S
+def on_time(rows, lateness=0):
+    """Split ``rows`` = [(key, time, value)] (arrival order) into on-time rows and late rows.
+
+    docs/windows.md: a row is late when its time is below the watermark just before it, the
+    largest time among the rows before it in the *stream* (all keys) minus the lateness.
+    """
+    keep, late, high = [], [], None
+    for r in rows:
+        if high is not None and r[1] < high - lateness:
+            late.append(r)
+            continue
+        keep.append(r)
+        high = r[1] if high is None else max(high, r[1])
+    return keep, late
 
 
-def few_reference(rows, L, S, E, *, count_mode=False, origin=None, wm=None):
+def few_reference(rows, L, S, E, *, count_mode=False, origin=None, wm=None, lateness=0):
     """Expected emissions for ``rows`` = [(key, time, value)] in arrival order.
 
-    Returns sorted tuples (key, window_start, window_end, final, [values in window]).
-    For time windows, ``wm`` is the final watermark (default: max time + 1).
+    Returns sorted tuples (key, window_start, window_end, final, [values in window]); for count
+    windows ``window_start`` / ``window_end`` are positions. ``wm``: a final watermark pushed in
+    (the end of input is ``max(largest time + 1, wm)``).
     """
+    rows, _ = on_time(rows, lateness)
     keys = []
     for k, _, _ in rows:
         if k not in keys:
             keys.append(k)
     out = []
-    end = wm if wm is not None else (max(t for _, t, _ in rows) + 1 if rows else 0)
+    end = max(t for _, t, _ in rows) + 1 if rows else 0
+    if wm is not None:
+        end = max(end, wm)
     for key in keys:
         elems = [(t, v) for k, t, v in rows if k == key]
         if count_mode:
-            pos = [(i, v) for i, (_, v) in enumerate(elems)]
-            o = 0
-            limit = len(elems)
-            coords = pos
+            # positions follow event time (ties: arrival order)
+            ordered = sorted(range(len(elems)), key=lambda i: (elems[i][0], i))
+            coords = [(p, elems[i][1]) for p, i in enumerate(ordered)]
+            n = len(coords)
+            ts = set(_count_instants(L, S, E, n))
+            for t in sorted(ts):
+                s = 0 if L is None else max(0, _ceil_div(t - L, S)) * S
+                content = [v for (x, v) in coords if s <= x < t]
+                if content:
+                    out.append((key, s, t, L is not None and t == s + L, content))
+            if n and n not in ts:
+                s = 0 if L is None else max(0, _ceil_div(n - L, S)) * S
+                content = [v for (x, v) in coords if s <= x < n]
+                if content:
+                    out.append((key, s, n, False, content))
+            continue
+        o = elems[0][0] if origin is None else origin
+        lo_t = min(t for t, _ in elems)
+        # the key's first window: window 0 at the origin, or earlier ones holding an element
+        # before the origin
+        if lo_t >= o:
+            first = o
+        elif L is None:
+            first = o + ((lo_t - o) // E) * E
         else:
-            o = min(t for t, _ in elems) if origin is None else origin
-            limit = end
-            coords = elems
-        for t in _instants(o, L, S, E, limit):
-            s = window_start(o, L, S, t)
-            content = [v for (x, v) in sorted(coords, key=lambda p: p[0]) if s <= x < t]
+            first = o + _ceil_div(lo_t - o - L + 1, S) * S
+        inst = set()
+        lo_bound = min(first, o) - (E or 0) - (L or 0) - (S or 0)
+        if E:
+            m = (lo_bound - o) // E
+            while True:
+                t = o + m * E
+                inst.add(t)
+                if t >= end:
+                    break
+                m += 1
+        if L is not None:
+            k = (first - o) // S
+            while True:
+                t = o + k * S + L
+                inst.add(t)
+                if t >= end:
+                    break
+                k += 1
+        closing = min(t for t in inst if t >= end)
+        for t in sorted(x for x in inst if x <= closing):
+            if L is None:
+                s = first
+            else:
+                s = o + max(_ceil_div(t - o - L, S), (first - o) // S) * S
+            content = [v for (x, v) in sorted(elems, key=lambda p: p[0]) if s <= x < t]
             if content:
-                final = L is not None and t == s + L
-                out.append((key, s, t, final, content))
+                out.append((key, s, t, L is not None and t == s + L, content))
     return sorted(out, key=lambda r: (r[0], r[1], r[2]))
+
+
+def _count_instants(L, S, E, n):
+    out = set()
+    if E:
+        out.update(range(E, n + 1, E))
+    if L is not None:
+        out.update(t for t in range(L, n + 1, S))
+    return sorted(out)
 
 
 def forseq_reference(items, start, end, kind, force):

@@ -1,0 +1,146 @@
+"""The one time core: event-time watermarks, lateness and late-row decisions, end of input.
+
+Every piece of epic that decides *when* event time has passed uses :class:`EventClock`: the
+window operators (time, count and predicate windows, the prefix-sum engine), the sources of
+``epic run`` and the Spark tasks. The rules, stated once (docs/windows.md, "Event time"):
+
+* The **high-water mark** ``H`` of a node's input is the largest event time among the rows of the
+  input *stream* so far: all keys, whatever partition a runtime runs the key in. A Spark task of
+  a keyed node sees only its keys' rows, so it is told each row's ``H`` before it (``before``)
+  and the stream's ``H`` after the micro-batch (:meth:`observe`); ``epic run`` sees every row.
+* A runtime may **push** a watermark ``P`` (the upstream's promise that no older row follows).
+* The node's **watermark** is ``max(H, P) - lateness``. Instants up to it are emitted.
+* A row is **late** when its time is below the watermark in force *just before it*:
+  ``t < max(H before the row, P) - lateness``. The decision depends only on the rows before it in
+  the stream, never on how the stream is cut into batches or partitions.
+* At the **end of the input** the watermark becomes ``max(H + 1, P)``: every row is in, so the
+  lateness no longer holds anything back.
+
+The clock is plain state (numbers), snapshotted as a named-field map.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["EventClock", "LATE_REASON"]
+
+#: the most negative "no time yet" value that still survives subtracting a lateness
+_FLOOR = np.iinfo(np.int64).min // 2
+
+#: the reason recorded with a late row (the late side output's ``reason`` column)
+LATE_REASON = "behind the watermark"
+
+
+class EventClock:
+    """Watermark and late-row decisions of one node input (see the module docstring).
+
+    Args:
+        lateness: how far (in ticks) a row may be behind the high-water mark and still count.
+    """
+
+    __slots__ = ("lateness", "high", "pushed", "late_rows")
+
+    def __init__(self, lateness: int = 0):
+        if lateness < 0:
+            raise ValueError("lateness must be >= 0")
+        self.lateness = int(lateness)
+        self.high: int | None = None     # largest event time in the input stream so far
+        self.pushed: int | None = None   # largest watermark pushed in by the runtime
+        self.late_rows = 0
+
+    # -- the rules -------------------------------------------------------------------------
+    @property
+    def watermark(self) -> int | None:
+        """``max(H, P) - lateness``; None before any row or pushed watermark."""
+        if self.high is None and self.pushed is None:
+            return None
+        top = self.high if self.pushed is None else (
+            self.pushed if self.high is None else max(self.high, self.pushed))
+        return top - self.lateness
+
+    def thresholds(self, times: np.ndarray, before: np.ndarray | None = None) -> np.ndarray:
+        """Per row, the watermark in force just before it (rows below it are late)."""
+        n = len(times)
+        prev = np.empty(n, dtype=np.int64)
+        base = _FLOOR if self.high is None else self.high
+        if self.pushed is not None:
+            base = max(base, self.pushed)
+        if before is None:
+            prev[0] = base
+            if n > 1:
+                np.maximum.accumulate(times[:-1], out=prev[1:])
+                np.maximum(prev[1:], base, out=prev[1:])
+        else:
+            np.maximum(before, base, out=prev)
+        if self.lateness:
+            prev -= self.lateness
+        return prev
+
+    def admit(self, times: np.ndarray, before: np.ndarray | None = None) -> np.ndarray | None:
+        """Decide which rows are on time and advance ``H`` over them.
+
+        Args:
+            times: the rows' event times, in stream order.
+            before: each row's stream high-water mark before it within this call, when rows of
+                the stream are missing (a keyed partition); None: computed from ``times``.
+
+        Returns:
+            None when every row is on time, else the boolean mask of on-time rows. Late rows
+            are counted in :attr:`late_rows`.
+        """
+        if not len(times):
+            return None
+        times = np.asarray(times, dtype=np.int64)
+        late = times < self.thresholds(times, before)
+        mx = int(times.max())
+        if before is not None and len(before):
+            mx = max(mx, int(before.max()))
+        self.observe(mx)
+        if not late.any():
+            return None
+        self.late_rows += int(late.sum())
+        return ~late
+
+    def observe(self, high: int | None) -> None:
+        """The stream reached event time ``high`` (rows this node's partition does not get)."""
+        if high is not None and high > _FLOOR and (self.high is None or high > self.high):
+            self.high = int(high)
+
+    def push(self, watermark: int) -> bool:
+        """A watermark pushed in by the runtime; True if it raised the node's watermark."""
+        before = self.watermark
+        w = int(watermark)
+        if self.pushed is None or w > self.pushed:
+            self.pushed = w
+        after = self.watermark
+        return after is not None and (before is None or after > before)
+
+    def end(self) -> int | None:
+        """The watermark at the end of the input: ``max(H + 1, P)`` (None: nothing ever came)."""
+        if self.high is None:
+            return self.pushed
+        return self.high + 1 if self.pushed is None else max(self.high + 1, self.pushed)
+
+    # -- state -----------------------------------------------------------------------------
+    def to_state(self) -> dict:
+        return {"lateness": self.lateness, "high": self.high, "pushed": self.pushed,
+                "late_rows": self.late_rows}
+
+    @classmethod
+    def from_state(cls, st: dict) -> "EventClock":
+        c = cls(int(st["lateness"]))
+        c.high = st["high"]
+        c.pushed = st["pushed"]
+        c.late_rows = int(st["late_rows"])
+        return c
+
+
+def stream_before(times: np.ndarray) -> np.ndarray:
+    """Per row, the largest time among the rows before it (``_FLOOR`` for the first row)."""
+    prev = np.empty(len(times), dtype=np.int64)
+    if len(times):
+        prev[0] = _FLOOR
+        if len(times) > 1:
+            np.maximum.accumulate(times[:-1], out=prev[1:])
+    return prev
