@@ -629,6 +629,12 @@ class _Clocked:
         self._wm = wm
         return self._emit_all(final)
 
+    @property
+    def output_watermark(self) -> int | None:
+        """The watermark a runtime forwards downstream: no later output row is older (window
+        rows are stamped with instants, never below the watermark that released them)."""
+        return self.clock.watermark
+
     def _hold(self, batch: pa.RecordBatch) -> None:
         t = pa.Table.from_batches([batch])
         self._held = t if self._held is None else pa.concat_tables([self._held, t])
@@ -1344,6 +1350,17 @@ class PredicateWindowOperator(_Clocked):
     @property
     def late_rows(self) -> int:
         return self.clock.late_rows
+
+    @property
+    def output_watermark(self) -> int | None:
+        """Rows still to come are stamped no older than the last item of a key with an open
+        window (a ``newstart`` end or the end of the input emits it with that time)."""
+        wm = self.clock.watermark
+        for st in self._state.values():
+            if st[3] and st[1] is not None:
+                t = int(st[1][self.time])
+                wm = t if wm is None else min(wm, t)
+        return wm
 
     def _items(self, rows: pa.Table | None) -> list[pa.RecordBatch]:
         if rows is None:

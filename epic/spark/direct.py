@@ -47,7 +47,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, Dat
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from epic.spark.session import freeze_gc_once
-from epic.spark.tags import IN, POS
+from epic.spark.tags import HWM, IN, POS
 
 __all__ = ["Output", "Branch", "GroupPlan", "make_group_source", "make_commit_sink", "PTR_SCHEMA"]
 
@@ -156,13 +156,21 @@ def _read_items(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatc
             yield b
 
 
-def _positioned(it, key: tuple | None, parts: int, key_part: int | None):
+def _positioned(it, key: tuple | None, parts: int, key_part: int | None,
+                time: str | None = None, high: dict | None = None):
     """Rows with a ``_pos`` column (their order in the task: every task of a micro-batch reads
     the same files in the same order, so positions are the same in every task and on a replay),
-    keeping only the rows of hash partition ``key_part`` for a keyed node."""
+    keeping only the rows of hash partition ``key_part`` for a keyed node.
+
+    ``time``: the stream's event-time column, for a keyed node whose operator keeps the stream's
+    clock (:mod:`epic.timecore`): each kept row gets ``_hwm``, the largest time among *all* rows
+    read before it, and ``high["max"]`` the largest time of all rows read. So every partition
+    decides late rows and watermarks from the whole stream, as ``epic run`` does."""
     from epic.spark.source_query import key_partition
+    from epic.timecore import stream_before
 
     n = 0
+    run_max = None
     for b in it:
         if not b.num_rows:
             continue
@@ -170,12 +178,28 @@ def _positioned(it, key: tuple | None, parts: int, key_part: int | None):
         n += b.num_rows
         b = b.append_column(POS, pa.array(pos))
         if key is not None:
+            if time is not None:
+                times = b.column(time).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+                before = stream_before(times)
+                if run_max is not None:
+                    np.maximum(before, run_max, out=before)
+                bmax = int(times.max())
+                run_max = bmax if run_max is None else max(run_max, bmax)
+                high["max"] = run_max
+                b = b.append_column(HWM, pa.array(before))
             keep = np.flatnonzero(key_partition(b, key, parts) == key_part)
             if len(keep) == 0:
                 continue
             if len(keep) != b.num_rows:
                 b = b.take(pa.array(keep))
         yield b
+
+
+def _clock_time(node) -> str | None:
+    """The input time column of a node whose operator keeps the stream clock (window nodes)."""
+    from epic.topology import WindowNode
+
+    return node.inputs[0].time if isinstance(node, WindowNode) else None
 
 
 def _shape(sink_node, it) -> Iterator[pa.RecordBatch]:
@@ -244,13 +268,18 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
         for spec in br.pre:
             it = _run_stateless(spec, it)
         if br.st is not None:
+            time = _clock_time(br.st.node)
             if br.pre or not shared:
-                it = _positioned(it, plan.key, plan.partitions, part.key_part)
+                high = {"max": None}
+                it = _positioned(it, plan.key, plan.partitions, part.key_part, time, high)
             else:
                 if keyed is None:
-                    keyed = list(_positioned(it, plan.key, plan.partitions, part.key_part))
+                    high = {"max": None}
+                    keyed = list(_positioned(it, plan.key, plan.partitions, part.key_part,
+                                             time, high))
                 it = iter(keyed)
-            it = _run_stateful(br.st, it, stream=stream)
+            it = _run_stateful(br.st, it, stream=stream,
+                               high=high if plan.key is not None and time else None)
             for spec in br.post:
                 it = _run_stateless(spec, it, stream=stream)
         if br.split:

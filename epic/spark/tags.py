@@ -31,7 +31,10 @@ WM = "_wm"
 POS = "_pos"
 IN = "_in"
 PORT = "_port"
-INTERNAL = (STEP, WM, POS, IN, PORT)
+#: a keyed node's rows in a Spark task: the largest event time among the rows of the *stream*
+#: before each row (all partitions' rows; the task reads them all), see epic.timecore
+HWM = "_hwm"
+INTERNAL = (STEP, WM, POS, IN, PORT, HWM)
 
 NO_WM = -(2**63)
 PHASE_PRE, PHASE_ROWS, PHASE_MARK, PHASE_END = 0, 1, 2, 3

@@ -33,8 +33,8 @@ from epic import serde
 from epic.errors import EpicError, NodeFailure
 from epic.operator import watermark_hold
 from epic.spark.session import freeze_gc_once
-from epic.spark.tags import (IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS, STEP,
-                             WM, runs, step_of, tag, with_tags)
+from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
+                             STEP, WM, runs, step_of, tag, with_tags)
 from epic.topics import resolve_filesystem
 
 __all__ = ["TaskSpec", "StateStore", "node_function", "node_marker", "partition_marker"]
@@ -292,11 +292,16 @@ def _markers(spec: TaskSpec, batch_id: int):
     return per_input, (max(steps) if steps else None)
 
 
-def _run_stateful(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa.RecordBatch]:
+def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
+                  high: dict | None = None) -> Iterator[pa.RecordBatch]:
     """``stream``: yield the output of the micro-batch's rows as it is produced, before the
     snapshot is saved (only for outputs that need no markers from the snapshot: file sinks; a
     replay restores the snapshot before the batch either way). The output of the batch-end
-    markers still comes after the save."""
+    markers still comes after the save.
+
+    ``high``: for a keyed node's partition, ``{"max": ...}`` filled by the reader with the largest
+    event time of the whole stream's rows in this micro-batch (rows carry ``_hwm``, the stream's
+    high-water mark before each): the node's clock follows the stream, not the partition."""
     from epic.topology import MergeNode
 
     freeze_gc_once()
@@ -351,9 +356,10 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa
         last_tag = step_tag
         before = fwd
         try:
-            outs = _call(op, node, what, *args)
+            outs = what(*args) if callable(what) else _call(op, node, what, *args)
         except Exception as exc:  # noqa: BLE001 - named and re-raised
-            raise _fail(spec, f"{label}.{what}", batch_id, exc) from exc
+            name = what if isinstance(what, str) else what.__name__
+            raise _fail(spec, f"{label}.{name}", batch_id, exc) from exc
         out.extend(_emit(spec, outs, step_tag, before))
         fwd = forwarded()
 
@@ -373,16 +379,24 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa
             table = table.take(pa.array(order))
             steps, ins = steps[order], ins[order]
         wms = table.column(WM).to_numpy()
+        hwm = (table.column(HWM).to_numpy() if high is not None and HWM in table.column_names
+               else None)
         for a, b in runs(steps, ins, wms):
             i = int(ins[a])
             s = step_of(steps[a])
             last_step = s if last_step is None else max(last_step, s)
             watermark(i, int(wms[a]), tag(s, PHASE_PRE))
             rows = _user_batch(table.slice(a, b - a), spec.in_schemas[i])
-            call("on_batch", tag(s, PHASE_ROWS), rows, i)
+            if hwm is not None:
+                call(op.on_batch, tag(s, PHASE_ROWS), rows, hwm[a:b])
+            else:
+                call("on_batch", tag(s, PHASE_ROWS), rows, i)
             if stream and out:
                 yield from out
                 out.clear()
+    if high is not None and high.get("max") is not None and not ended:
+        # the stream's rows in other partitions moved its clock too
+        call(op.observe, tag(last_step if last_step is not None else 0, PHASE_ROWS), high["max"])
 
     if not ended:
         per_input, mstep = _markers(spec, batch_id)
