@@ -894,7 +894,10 @@ class WindowOperator(_Clocked):
             s = grid.window_start(o, n, lo)
             self._evict(ks, s)
             if ks.in_window > 0:
-                yield self._result_row(key_value, ks, s, n, False)
+                # closed by the end of the input: stamped with the stream's last event time, so
+                # rows stay in event-time order and are never behind a downstream watermark
+                row = self._result_row(key_value, ks, s, n, False)
+                yield row[:6] + (max(row[6], self.clock.high),) + row[7:]
         keep_from = ks.lo if self.any_remove else ks.hi
         if keep_from > buf.base:
             buf.drop_before(keep_from)

@@ -1,0 +1,263 @@
+"""Time semantics (docs/windows.md, "Event time"): disorder, lateness, origins, count windows.
+
+The expected rows come from ``tests/reference.py``, written from the docs: one pass over the
+stream decides the late rows, then every window is recomputed from scratch. The engine must give
+the same rows for any batch cuts, and a keyed node split over partitions (each partition told the
+stream's high-water mark, as the Spark tasks are) must give the rows of one operator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import epic
+from epic import aggregates as A
+from epic.timecore import EventClock, stream_before
+from epic.windows import (PredicateWindowOperator, WindowOperator, build_window_operator,
+                          few_count, few_time, predicate_window, tumbling, tumbling_count)
+
+from reference import few_reference, forseq_reference, on_time
+
+SCHEMA = pa.schema([("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
+
+
+def _batch(rows):
+    return pa.record_batch([pa.array([r[i] for r in rows], pa.int64()) for i in range(3)],
+                           schema=SCHEMA)
+
+
+def _feed(op, rows, cuts=(), *, parts=None):
+    """Feed ``rows`` cut at ``cuts``, then end; return the output rows as dicts.
+
+    ``parts``: a function key -> partition; each batch then goes, per partition, to the
+    partition's own operator ``op[p]`` with ``before`` from the whole batch and ``observe`` of
+    the batch's largest time (the Spark tasks' protocol)."""
+    out = []
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(rows))), len(rows)]
+    for a, b in zip(bounds, bounds[1:]):
+        chunk = rows[a:b]
+        if not chunk:
+            continue
+        if parts is None:
+            got = op.on_batch(_batch(chunk))
+        else:
+            times = np.array([r[1] for r in chunk], np.int64)
+            before = stream_before(times)
+            got = []
+            for p, o in enumerate(op):
+                idx = [i for i, r in enumerate(chunk) if parts(r[0]) == p]
+                if idx:
+                    got += o.on_batch(_batch([chunk[i] for i in idx]), before=before[idx])
+                got += o.observe(int(times.max()))
+        for x in got:
+            out += x.to_pylist()
+    for o in (op if parts is not None else [op]):
+        for x in o.on_end():
+            out += x.to_pylist()
+    return out
+
+
+def _times():
+    """An aggregate bound to no column: the list of its elements (the event times)."""
+    return A.agg(epic.aggregate_function(
+        "times_list", init=lambda: [], add=lambda s, e: s + [int(e)],
+        remove=lambda s, e: s[1:], result_type=pa.list_(pa.int64()), replace=True), name="times")
+
+
+def _key(r):
+    return (r["k"], r["window_start"], r["window_end"])
+
+
+def _check(out, expected, agg="sum_v"):
+    got = sorted(out, key=_key)
+    assert [(r["k"], r["window_start"], r["window_end"], r["final"]) for r in got] == \
+        [(k, s, t, f) for k, s, t, f, _ in expected]
+    assert [r[agg] for r in got] == [sum(c) for *_, c in expected]
+
+
+# -- streams with ties, disorder within and beyond the lateness -----------------------------------
+
+@st.composite
+def disordered(draw, max_rows=30):
+    """[(key, time, value)] with ties and out-of-order times, and batch cut positions."""
+    n = draw(st.integers(0, max_rows))
+    keys = draw(st.integers(1, 3))
+    t, rows = 0, []
+    for _ in range(n):
+        t += draw(st.sampled_from([0, 0, 1, 1, 2, 5]))
+        back = draw(st.sampled_from([0, 0, 0, 1, 2, 4, 9]))  # jitter back in time
+        rows.append((draw(st.integers(0, keys - 1)), t - back, draw(st.integers(-5, 9))))
+    cuts = draw(st.lists(st.integers(1, max(1, n)), max_size=6))
+    return rows, cuts
+
+
+FEW = st.sampled_from([(4, 4, None), (4, 2, None), (4, 2, 1), (6, 3, 2), (5, 5, 2), (None, None, 2),
+                       (3, 1, 1)])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=disordered(), params=FEW, lateness=st.sampled_from([0, 1, 3, 10]),
+       origin=st.sampled_from([None, None, 0, 7, -3]), engine=st.sampled_from(["general", "any"]))
+def test_time_windows_match_reference_under_disorder(stream, params, lateness, origin, engine):
+    """Any FEW time window over keyed, disordered rows: the reference's rows for any batch cuts."""
+    rows, cuts = stream
+    L, S, E = params
+    spec = few_time(L, S, E, origin=origin, lateness=lateness)
+    aggs = [A.count(), A.sum("v")]
+    make = WindowOperator if engine == "general" else build_window_operator
+    op = make(spec, aggs, SCHEMA, "ts", "s", "k")
+    out = _feed(op, rows, cuts)
+    _check(out, few_reference(rows, L, S, E, origin=origin, lateness=lateness))
+    assert op.late_rows == len(on_time(rows, lateness)[1])
+    assert all(r["count"] == len(c) for r, (*_, c) in
+               zip(sorted(out, key=_key), few_reference(rows, L, S, E, origin=origin,
+                                                        lateness=lateness)))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=disordered(), params=FEW, lateness=st.sampled_from([0, 2, 10]),
+       parts=st.integers(1, 3), prefix=st.booleans())
+def test_keyed_partitions_equal_one_operator(stream, params, lateness, parts, prefix):
+    """A keyed window split over partitions, each told the stream's high-water mark, emits
+    exactly the rows (and counts exactly the late rows) of one operator over the stream."""
+    rows, cuts = stream
+    L, S, E = params
+    spec = few_time(L, S, E, lateness=lateness)
+    aggs = [A.count()] if prefix else [A.count(), A.sum("v")]
+    one = build_window_operator(spec, aggs, SCHEMA, "ts", "s", "k")
+    want = _feed(one, rows, cuts)
+    ops = [build_window_operator(spec, aggs, SCHEMA, "ts", "s", "k") for _ in range(parts)]
+    got = _feed(ops, rows, cuts, parts=lambda k: k % parts)
+    assert sorted(got, key=_key) == sorted(want, key=_key)
+    assert sum(o.late_rows for o in ops) == one.late_rows
+
+
+COUNT = st.sampled_from([(2, 2, None), (2, 2, 1), (3, 1, None), (4, 2, 1), (None, None, 2),
+                         (5, 5, 2)])
+
+
+def _registered_sum():
+    return epic.aggregate_function("tsum_udaf", init=lambda: 0, add=lambda s, e: s + e,
+                                   remove=lambda s, e: s - e, result_type=pa.int64(),
+                                   replace=True)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=disordered(), params=COUNT, lateness=st.sampled_from([0, 1, 3, 10]))
+def test_count_windows_match_reference_under_disorder(stream, params, lateness):
+    """Count windows: positions in event-time order, late rows by the stream rule, the end row
+    [s, n) not final; a registered init/add/remove aggregate agrees with the built-in sum."""
+    rows, cuts = stream
+    L, S, E = params
+    spec = few_count(L, S, E, lateness=lateness)
+    op = WindowOperator(spec, [A.sum("v"), A.agg(_registered_sum(), "v", name="u")], SCHEMA,
+                        "ts", "s", "k")
+    out = _feed(op, rows, cuts)
+    _check(out, few_reference(rows, L, S, E, count_mode=True, lateness=lateness))
+    assert all(r["u"] == r["sum_v"] for r in out)
+    times = [r["ts"] for r in out]
+    assert times == sorted(times), "count windows emit in event-time order"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=disordered(), lateness=st.sampled_from([0, 2, 10]),
+       kind=st.sampled_from(["tumbling", "sliding", "landmark"]))
+def test_predicate_windows_batch_cuts_and_disorder(stream, lateness, kind):
+    """Predicate windows see each key's on-time items in event-time order, whatever the cuts."""
+    rows, cuts = stream
+    spec = predicate_window(lambda cur: cur["v"] % 3 == 0, lambda first, cur: cur["v"] > 5,
+                            kind=kind, lateness=lateness)
+    op = PredicateWindowOperator(spec, [A.collect("v")], SCHEMA, "ts", "s", "k")
+    out = _feed(op, rows, cuts)
+    keep, late = on_time(rows, lateness)
+    want = []
+    for key in sorted({r[0] for r in keep}):
+        items = sorted(([r for r in keep if r[0] == key]), key=lambda r: r[1])
+        items = [{"ts": t, "v": v} for _, t, v in items]
+        want += [(key, a, b, f, c) for a, b, f, c in
+                 forseq_reference(items, lambda cur: cur["v"] % 3 == 0,
+                                  lambda first, cur: cur["v"] > 5, kind, False)]
+    got = [(r["k"], r["window_start"], r["window_end"], r["final"], r["collect_v"]) for r in out]
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+    assert op.late_rows == len(late)
+
+
+# -- the repros of the time-semantics issue, by name ----------------------------------------------
+
+def test_repro_keyed_lateness_is_a_stream_property():
+    """tumbling(10, origin=0, lateness=1) keyed: (1,5) is late (5 < 10-1) however the keys are
+    spread over partitions; key 1's [0,10) has n=1."""
+    rows = [(0, 0, 0), (1, 0, 0), (0, 10, 0), (1, 5, 0), (0, 20, 0), (1, 20, 0)]
+    spec = tumbling(10, origin=0, lateness=1)
+    for parts in (1, 2):
+        ops = [WindowOperator(spec, [A.count()], SCHEMA, "ts", "s", "k") for _ in range(parts)]
+        out = _feed(ops, rows, parts=lambda k: k % parts)
+        k1 = [r for r in out if r["k"] == 1 and r["window_start"] == 0]
+        assert [r["count"] for r in k1] == [1]
+        assert sum(o.late_rows for o in ops) == 1
+
+
+@pytest.mark.parametrize("cuts", [(), (1,)])
+def test_repro_in_lateness_row_lands_in_its_window(cuts):
+    """few_time(4, 3, 1, lateness=4) over ts 3, 0: ts=0 is counted in the windows its time
+    belongs to (never in [3,4)), as one batch or as two."""
+    op = WindowOperator(few_time(4, 3, 1, lateness=4), [A.count()], SCHEMA, "ts", "s", "k")
+    out = _feed(op, [(0, 3, 0), (0, 0, 0)], cuts)
+    rows = {(r["window_start"], r["window_end"]): r["count"] for r in out}
+    assert rows[(0, 4)] == 2
+    assert all(not (s >= 3 and c == 2) for (s, _), c in rows.items())
+
+
+def test_repro_pinned_origin_after_data():
+    """few_time(4, 2, 1, origin=5) over ts 2, 6, 9: ts=2 is not counted in [5,6)."""
+    op = WindowOperator(few_time(4, 2, 1, origin=5), [_times()], SCHEMA, "ts", "s", "k")
+    out = _feed(op, [(0, 2, 0), (0, 6, 0), (0, 9, 0)])
+    for r in out:
+        assert all(r["window_start"] <= t < r["window_end"] for t in r["times"]), r
+    assert any(2 in r["times"] for r in out)
+
+
+@pytest.mark.parametrize("cuts", [(), (1, 2, 3)])
+def test_repro_count_windows_emit_in_event_time_order(cuts):
+    """tumbling_count(2, ef=1) keyed over (k0,0),(k0,1),(k0,2),(k1,5): output ts 0,1,2,5 for any
+    batch cuts, so a downstream tumbling(10) counts all four rows."""
+    rows = [(0, 0, 0), (0, 1, 0), (0, 2, 0), (1, 5, 0)]
+    op = WindowOperator(tumbling_count(2, ef=1), [A.count()], SCHEMA, "ts", "s", "k")
+    out = _feed(op, rows, cuts)
+    assert [r["ts"] for r in out] == [0, 1, 2, 5]
+    down = WindowOperator(tumbling(10), [A.count()], pa.schema([("ts", pa.int64())]), "ts", "s")
+    res = []
+    for r in out:
+        res += down.on_batch(pa.record_batch({"ts": pa.array([r["ts"]], pa.int64())}))
+    res += down.on_end()
+    assert sum(x.to_pylist()[0]["count"] for x in res) == 4 and down.late_rows == 0
+
+
+def test_repro_count_window_aggregate_gets_event_times():
+    """An aggregate bound to no column gets the element's event time, not its position."""
+    op = WindowOperator(tumbling_count(3), [_times()], SCHEMA, "ts", "s")
+    out = _feed(op, [(0, 100, 0), (0, 105, 0), (0, 107, 0)])
+    assert out[0]["times"] == [100, 105, 107]
+
+
+def test_repro_count_window_end_row_is_not_final():
+    """tumbling_count(6) over 4 elements ends with [0, 4), final=False, n=4."""
+    op = WindowOperator(tumbling_count(6), [A.count()], SCHEMA, "ts", "s")
+    out = _feed(op, [(0, t, 0) for t in range(4)])
+    assert [(r["window_start"], r["window_end"], r["final"], r["count"]) for r in out] == \
+        [(0, 4, False, 4)]
+
+
+def test_clock_rules():
+    """The clock: watermark max(H, P) - lateness, per-row late thresholds, end max(H+1, P)."""
+    c = EventClock(2)
+    assert c.watermark is None and c.end() is None
+    assert c.admit(np.array([10, 7, 8, 12])) is not None  # 7 < 10 - 2 is late
+    assert c.late_rows == 1 and c.high == 12 and c.watermark == 10
+    assert c.push(20) and c.watermark == 18 and c.end() == 20
+    c2 = EventClock.from_state(c.to_state())
+    assert (c2.high, c2.pushed, c2.late_rows, c2.lateness) == (12, 20, 1, 2)
