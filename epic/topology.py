@@ -409,9 +409,15 @@ class WindowNode(Node):
     spec: WindowSpec = None
     aggregates: tuple[AggSpec, ...] = ()
     key: tuple[str, ...] = ()
+    #: what happens to rows behind the watermark: ``"stream"`` (kept for :meth:`Topology.late`,
+    #: a warning at validation if nothing reads them) or ``"drop"`` (counted only)
+    late: str = "stream"
     kind: ClassVar[str] = "window"
 
     def _outputs(self):
+        if self.late not in ("stream", "drop"):
+            raise _err(self.name, "late", f"unknown late policy {self.late!r}",
+                       "use late='stream' (read them with t.late(...)) or late='drop'")
         if not isinstance(self.spec, WindowSpec):
             raise _err(self.name, "spec", f"expected a window spec, got {self.spec!r}",
                        "use epic.few_time, few_count, tumbling, sliding, landmark or "
@@ -458,6 +464,30 @@ class WindowNode(Node):
             w = f"few_{kind}({sp.length}, {sp.stride}, {sp.ef})"
         by = f" by {','.join(self.key)}" if self.key else ""
         return f"window {w}{by}: {', '.join(a.name for a in self.aggregates)}"
+
+
+@dataclass(frozen=True)
+class LateNode(Node):
+    """The late side output of a window node (see :mod:`epic.late`): its input is the window's
+    input stream; its rows are the ones the window finds late."""
+
+    window: str = ""
+    lateness: int = 0  # the window's lateness in ticks of the stream's unit
+    kind: ClassVar[str] = "late"
+
+    def _outputs(self):
+        from .late import late_schema
+
+        s = self.input
+        return [self._stream(late_schema(s.schema), s.time, s.unit)]
+
+    def build(self):
+        from .late import LateOperator
+
+        return LateOperator(self.window, self.input.schema, self.input.time, self.lateness)
+
+    def describe(self):
+        return f"late rows of {self.window}"
 
 
 @dataclass(frozen=True)
@@ -966,12 +996,17 @@ class Topology:
                          per_row=True).output
 
     def window(self, name: str, stream: Stream, spec: WindowSpec, *, key=None,
-               aggregates: Sequence[AggSpec] | None = None) -> Stream | WindowedStream:
+               aggregates: Sequence[AggSpec] | None = None,
+               late: str = "stream") -> Stream | WindowedStream:
         """A window node; with ``aggregates`` returns its stream, else a :class:`WindowedStream`.
 
         Output columns: the key columns, ``window_start``, ``window_end``, ``final`` (``ts`` for
         count and predicate windows), one column per aggregate; the event-time column is
         ``spec.time_column``.
+
+        ``late``: rows behind the watermark (docs/windows.md) are never silently lost: with
+        ``"stream"`` (default) :meth:`late` turns them into a stream to wire to a sink (without
+        it, validation warns that they are only counted); ``"drop"`` counts them and says no more.
 
         Example:
             >>> import epic
@@ -991,7 +1026,30 @@ class Topology:
             self._pending_windows.append(name)
             return WindowedStream(self, name, stream, spec, key)
         return self._new(WindowNode, name, [stream], spec=spec, aggregates=tuple(aggregates),
-                         key=_key_tuple(key)).output
+                         key=_key_tuple(key), late=late).output
+
+    def late(self, name: str, window: str | Stream) -> Stream:
+        """The late side output of window node ``window``: the rows of its input it finds behind
+        the watermark, with ``late_node`` (the window's name) and ``late_watermark`` (the
+        watermark the row missed). Its event time is the input's.
+
+        Example:
+            >>> import epic
+            >>> t = epic.Topology("doc")
+            >>> s = t.source("s", epic.iterator_source([], schema={"k": "int64", "ts": "int64"},
+            ...              time="ts", unit="s"))
+            >>> w = t.window("w", s, epic.tumbling(10, lateness=2), aggregates=[epic.count()])
+            >>> t.late("w_late", w).schema.names
+            ['k', 'ts', 'late_node', 'late_watermark']
+        """
+        wname = window.node if isinstance(window, Stream) else window
+        node = self._nodes.get(wname)
+        if not isinstance(node, WindowNode):
+            raise _err(name, "window", f"{wname!r} is not a window node",
+                       "pass the name (or the output stream) of a t.window(...) node")
+        spec = node.spec
+        lateness = spec.lateness_ticks(node.input.unit)
+        return self._new(LateNode, name, [node.input], window=wname, lateness=lateness).output
 
     def process(self, name: str, stream: Stream, processor, *, schema=None, key=None,
                 time: str | None = None) -> Stream:
@@ -1159,6 +1217,13 @@ class Topology:
         out = [f"node {name!r}: window(...) was never given aggregates, so the node does not "
                "exist; call .aggregate(...) on it, or pass aggregates=[...]"
                for name in self._pending_windows if name not in self._nodes]
+        late_read = {n.window for n in self._nodes.values() if isinstance(n, LateNode)}
+        unread = [n.name for n in self._nodes.values() if isinstance(n, WindowNode)
+                  and n.late == "stream" and n.name not in late_read]
+        if unread:
+            out.append(f"window node(s) {', '.join(map(repr, unread))}: rows behind the watermark "
+                       f"are counted and dropped; keep them with t.late('{unread[0]}_late', "
+                       f"'{unread[0]}') wired to a sink, or pass late='drop' to the window")
         for n in self._nodes.values():
             for s in n.outputs:
                 if s not in read:

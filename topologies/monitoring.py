@@ -67,7 +67,8 @@ hot = epic.predicate_window(
     end=lambda first, cur: cur["temp"] < threshold - hysteresis)
 episodes = topology.window("episodes", temps, hot, key="machine",
                            aggregates=[epic.count("readings"),
-                                       epic.max("temp", name="peak")])
+                                       epic.max("temp", name="peak")],
+                           late="drop")  # the generated readings are in time order
 
 silent = topology.process("silence", temps, Silence(timeout * 1000), key="machine",
                           schema={"machine": "int64", "ts": "int64", "last_seen": "int64"})

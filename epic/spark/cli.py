@@ -82,6 +82,10 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code=1)
         err.print(f"{result.topology}: {result.status.get('state')} in {result.seconds:.1f} s "
                   f"(status: epic status {workdir})", highlight=False)
+        for name, n in (result.status.get("late_rows") or {}).items():
+            if n:
+                err.print(f"node {name!r}: {n} late row(s) (behind the watermark): counted, "
+                          "see the node's late policy", highlight=False, markup=False)
 
     @app.command()
     def status(workdir: Path = typer.Argument(..., help="The --workdir of a deploy."),

@@ -831,9 +831,17 @@ class _Stats:
                 "ended": bool(offs) and all(o.eos for o in offs),
                 "active": bool(q.isActive),
             }
+        late = {}
+        if state != "running":
+            # rows behind the watermark, per window node (the clock's counts in the snapshots)
+            from epic.spark.tasks import node_late_rows
+
+            for n in self.d.t.nodes.values():
+                if isinstance(n, WindowNode):
+                    late[n.name] = node_late_rows(f"{self.d.workdir}/state/{n.name}")
         return {"topology": self.d.t.name, "state": state, "pid": os.getpid(),
                 "elapsed_s": round(elapsed, 3), "updated": _time.time(), "error": error,
-                "nodes": nodes}
+                "nodes": nodes, "late_rows": late}
 
 
 _SEEN: dict[tuple[str, str], dict[int, int]] = {}

@@ -163,6 +163,24 @@ def node_marker(state_dir: str, batch_id: int) -> tuple[int | None, bool] | None
     return (None if any(w is None for w in wms) else min(wms)), all(e for _, e in marks)
 
 
+def node_late_rows(state_dir: str) -> int:
+    """Rows a window node found late, over all its partitions (from their newest snapshots;
+    each partition counts the late rows of its own keys)."""
+    fs, root = resolve_filesystem(state_dir)
+    total = 0
+    for fi in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
+        if fi.type != pafs.FileType.Directory or not fi.base_name[1:].isdigit():
+            continue
+        snap = StateStore(state_dir, int(fi.base_name[1:])).load_before(2**62)
+        if snap is None:
+            continue
+        op = serde.unpackb(snap).get("op")
+        st = serde.unpackb(op) if op else None
+        if isinstance(st, dict) and isinstance(st.get("clock"), dict):
+            total += int(st["clock"].get("late_rows") or 0)
+    return total
+
+
 def _batch_id() -> tuple[int, int]:
     from pyspark import TaskContext
 
