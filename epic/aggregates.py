@@ -106,6 +106,12 @@ class Aggregate:
         """The value to emit for a window with this state. Must not modify ``state``."""
         return state
 
+    def needs_rebuild(self, state: Any) -> bool:  # optional
+        """True when removals may have left more rounding residue in ``state`` than a few ulps
+        of what it now holds: the window engine then rebuilds the state from the window's live
+        elements (``add_batch(init(), live)``). Default: never."""
+        return False
+
     def add_batch(self, state: Any, values: Any) -> Any:
         """Add a column of elements (numpy array, or tuple of arrays for several columns)."""
         add = self.add
@@ -414,56 +420,92 @@ class Count(Aggregate):
         return pa.array(counts, pa.int64())
 
 
+#: a float state is recomputed from the window's live elements once the magnitude of what it
+#: holds (the sum of |x|) has fallen this many times below its peak since the last rebuild:
+#: removals of large values leave a rounding residue of about eps * peak, which would then
+#: exceed a few ulps of the window's own magnitude
+REBUILD_RATIO = 1024.0
+
+
+def _mag_peak(mag: float, peak: float, add: float) -> tuple[float, float]:
+    mag += add
+    return mag, (peak if peak >= mag else mag)
+
+
+def _needs_rebuild(mag: float, peak: float) -> bool:
+    return peak > REBUILD_RATIO * abs(mag)
+
+
 class Sum(Aggregate):
-    """Sum of a numeric column; exact for integers, compensated for floats. State ``[hi, lo]``."""
+    """Sum of a numeric column; exact for integers, compensated for floats.
+
+    State ``[hi, lo, n, mag, peak]``: the compensated sum, the number of non-null elements (an
+    empty window is exactly ``init()`` again), the sum of |x| of the live elements and its peak
+    (see :data:`REBUILD_RATIO`)."""
 
     name = "sum"
 
     def init(self):
-        return [0, 0.0]
+        return [0, 0.0, 0, 0.0, 0.0]
 
     def add(self, state, e):
         if e is None or e != e:
             return state
-        if isinstance(e, int) and isinstance(state[0], int):
-            return [state[0] + e, state[1]]
-        return list(_two_sum(float(state[0]), state[1], float(e)))
+        return self.add_batch(state, np.array([e]))
 
     def remove(self, state, e):
         if e is None or e != e:
             return state
-        return self.add(state, -e)
+        return self.remove_batch(state, np.array([e]))
 
     def merge(self, older, newer):
-        hi, lo = older
+        hi, lo = older[0], older[1]
         if isinstance(hi, int) and isinstance(newer[0], int):
-            return [hi + newer[0], lo + newer[1]]
-        hi, lo = _two_sum(float(hi), lo, float(newer[0]))
-        return [hi, lo + newer[1]]
+            hi, lo = hi + newer[0], lo + newer[1]
+        else:
+            hi, lo = _two_sum(float(hi), lo, float(newer[0]))
+            lo += newer[1]
+        mag = older[3] + newer[3]
+        return [hi, lo, older[2] + newer[2], mag, _builtin_max(older[4], newer[4], mag)]
+
+    def _total(self, values):
+        if values.dtype.kind in "iub":
+            return int(values.sum(dtype=np.int64)) if len(values) else 0, 0.0
+        v = values.astype(np.float64, copy=False)
+        total = math.fsum(v.tolist()) if len(v) < 64 else float(np.sum(v))
+        return total, float(np.abs(v).sum())
 
     def add_batch(self, state, values):
         values = _finite(values)
-        if values.dtype.kind in "iub":
-            s = int(values.sum(dtype=np.int64)) if len(values) else 0
-            if isinstance(state[0], int):
-                return [state[0] + s, state[1]]
-            return list(_two_sum(state[0], state[1], float(s)))
-        return list(_two_sum(float(state[0]), state[1], math.fsum(values.tolist())
-                             if len(values) < 64 else float(np.sum(values))))
+        if not len(values):
+            return state
+        hi, lo, n, mag, peak = state
+        total, a = self._total(values)
+        if isinstance(total, int) and isinstance(hi, int):
+            return [hi + total, lo, n + len(values), mag, peak]
+        hi, lo = _two_sum(float(hi), lo, float(total))
+        mag, peak = _mag_peak(mag, peak, a)
+        return [hi, lo, n + len(values), mag, peak]
 
     def remove_batch(self, state, values):
         values = _finite(values)
-        if values.dtype.kind in "iub":
-            s = int(values.sum(dtype=np.int64)) if len(values) else 0
-            if isinstance(state[0], int):
-                return [state[0] - s, state[1]]
-            return list(_two_sum(state[0], state[1], -float(s)))
-        return list(_two_sum(float(state[0]), state[1], -(math.fsum(values.tolist())
-                                                          if len(values) < 64
-                                                          else float(np.sum(values)))))
+        if not len(values):
+            return state
+        hi, lo, n, mag, peak = state
+        n -= len(values)
+        if n <= 0:
+            return self.init()  # an empty window is exactly empty, with no rounding residue
+        total, a = self._total(values)
+        if isinstance(total, int) and isinstance(hi, int):
+            return [hi - total, lo, n, mag, peak]
+        hi, lo = _two_sum(float(hi), lo, -float(total))
+        return [hi, lo, n, mag - a, peak]
+
+    def needs_rebuild(self, state):
+        return isinstance(state[0], float) and _needs_rebuild(state[3], state[4])
 
     def result(self, state):
-        hi, lo = state
+        hi, lo = state[0], state[1]
         return hi + lo if lo else hi
 
     def output_type(self, input_types):
@@ -471,42 +513,48 @@ class Sum(Aggregate):
 
 
 class Mean(Aggregate):
-    """Arithmetic mean; null for an empty window. State ``[n, hi, lo]``."""
+    """Arithmetic mean; null for an empty window. State ``[n, hi, lo, mag, peak]`` (see
+    :class:`Sum`)."""
 
     name = "mean"
 
     def init(self):
-        return [0, 0.0, 0.0]
+        return [0, 0.0, 0.0, 0.0, 0.0]
 
     def add(self, state, e):
         if e is None or e != e:
             return state
-        hi, lo = _two_sum(state[1], state[2], float(e))
-        return [state[0] + 1, hi, lo]
+        return self.add_batch(state, np.array([e], dtype=np.float64))
 
     def remove(self, state, e):
         if e is None or e != e:
             return state
-        hi, lo = _two_sum(state[1], state[2], -float(e))
-        return [state[0] - 1, hi, lo]
+        return self.remove_batch(state, np.array([e], dtype=np.float64))
 
     def merge(self, older, newer):
         hi, lo = _two_sum(older[1], older[2], newer[1])
-        return [older[0] + newer[0], hi, lo + newer[2]]
+        mag = older[3] + newer[3]
+        return [older[0] + newer[0], hi, lo + newer[2], mag, _builtin_max(older[4], newer[4], mag)]
 
     def add_batch(self, state, values):
         total, n = _sum_count(values)
         if not n:
             return state
         hi, lo = _two_sum(state[1], state[2], total)
-        return [state[0] + n, hi, lo]
+        mag, peak = _mag_peak(state[3], state[4], _abs_sum(values))
+        return [state[0] + n, hi, lo, mag, peak]
 
     def remove_batch(self, state, values):
         total, n = _sum_count(values)
         if not n:
             return state
+        if state[0] - n <= 0:
+            return self.init()
         hi, lo = _two_sum(state[1], state[2], -total)
-        return [state[0] - n, hi, lo]
+        return [state[0] - n, hi, lo, state[3] - _abs_sum(values), state[4]]
+
+    def needs_rebuild(self, state):
+        return _needs_rebuild(state[3], state[4])
 
     def result(self, state):
         n = state[0]
@@ -517,6 +565,14 @@ class Mean(Aggregate):
 
     def output_type(self, input_types):
         return pa.float64()
+
+
+def _abs_sum(values) -> float:
+    v = np.asarray(values)
+    if v.dtype.kind == "O":
+        v = _finite(v).astype(np.float64)
+    s = float(np.nansum(np.abs(v.astype(np.float64, copy=False)))) if len(v) else 0.0
+    return s
 
 
 class _Extreme(Aggregate):
@@ -583,7 +639,7 @@ class Variance(Aggregate):
         self.sqrt = sqrt
 
     def init(self):
-        return [0, None, 0.0, 0.0]
+        return [0, None, 0.0, 0.0, 0.0, 0.0]
 
     def add(self, state, e):
         if e is None or e != e:
@@ -599,37 +655,44 @@ class Variance(Aggregate):
         values = _finite(values).astype(np.float64, copy=False)
         if not len(values):
             return state
-        n, shift, s1, s2 = state
+        n, shift, s1, s2, mag, peak = state
         if shift is None:
             shift = float(values[0])
         d = values - shift
-        return [n + len(values), shift, s1 + float(d.sum()), s2 + float(np.dot(d, d))]
+        dd = float(np.dot(d, d))
+        mag, peak = _mag_peak(mag, peak, dd + float(np.abs(d).sum()))
+        return [n + len(values), shift, s1 + float(d.sum()), s2 + dd, mag, peak]
 
     def remove_batch(self, state, values):
         values = _finite(values).astype(np.float64, copy=False)
         if not len(values):
             return state
-        n, shift, s1, s2 = state
+        n, shift, s1, s2, mag, peak = state
         d = values - shift
         n -= len(values)
-        if n == 0:
-            return [0, None, 0.0, 0.0]
-        return [n, shift, s1 - float(d.sum()), s2 - float(np.dot(d, d))]
+        if n <= 0:
+            return self.init()
+        dd = float(np.dot(d, d))
+        return [n, shift, s1 - float(d.sum()), s2 - dd, mag - dd - float(np.abs(d).sum()), peak]
+
+    def needs_rebuild(self, state):
+        return _needs_rebuild(state[4], state[5])
 
     def merge(self, older, newer):
         if older[0] == 0:
             return list(newer)
         if newer[0] == 0:
             return list(older)
-        n1, c1, a1, b1 = older
-        n2, c2, a2, b2 = newer
+        n1, c1, a1, b1, m1, p1 = older
+        n2, c2, a2, b2, m2, p2 = newer
         delta = c2 - c1  # re-express newer's sums around older's shift
         a = a2 + n2 * delta
         b = b2 + 2 * delta * a2 + n2 * delta * delta
-        return [n1 + n2, c1, a1 + a, b1 + b]
+        mag = m1 + abs(b) + abs(a)
+        return [n1 + n2, c1, a1 + a, b1 + b, mag, _builtin_max(p1, p2, mag)]
 
     def result(self, state):
-        n, _shift, s1, s2 = state
+        n, _shift, s1, s2 = state[:4]
         if n - self.ddof <= 0:
             return None
         var = _builtin_max((s2 - s1 * s1 / n) / (n - self.ddof), 0.0)

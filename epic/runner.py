@@ -31,6 +31,7 @@ import pyarrow as pa
 from .errors import EpicError, NodeFailure
 from .operator import ENTRY_COLUMN, watermark_hold
 from .sources import Watermark
+from .timecore import closing_watermark, source_watermark
 from .topology import (MergeNode, Node, SinkNode, SourceNode, SplitNode, Stream, Topology)
 
 __all__ = ["run", "RunResult", "NodeStats"]
@@ -207,7 +208,7 @@ class _Engine:
         self.edges[node.output.name] += batch.num_rows
         for consumer, idx in self.consumers[node.output]:
             self.deliver(consumer, idx, batch)
-        self.forward_watermark(node, state["max"] - state["lateness"])
+        self.forward_watermark(node, source_watermark(None, state["max"], state["lateness"]))
 
     def run(self, progress=None) -> None:
         sources = [n for n in self.order if isinstance(n, SourceNode)]
@@ -233,7 +234,7 @@ class _Engine:
                     continue
                 if batch is None:
                     if state["max"] is not None:
-                        self.forward_watermark(n, state["max"] + 1)
+                        self.forward_watermark(n, closing_watermark(None, state["max"]))
                     self.finish(n)
                     continue
                 if batch.num_rows:

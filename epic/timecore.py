@@ -23,14 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EventClock", "LATE_REASON"]
+__all__ = ["EventClock", "source_watermark", "closing_watermark", "stream_before"]
 
 #: the most negative "no time yet" value that still survives subtracting a lateness
 _FLOOR = np.iinfo(np.int64).min // 2
-
-#: the reason recorded with a late row (the late side output's ``reason`` column)
-LATE_REASON = "behind the watermark"
-
 
 class EventClock:
     """Watermark and late-row decisions of one node input (see the module docstring).
@@ -144,3 +140,18 @@ def stream_before(times: np.ndarray) -> np.ndarray:
         if len(times) > 1:
             np.maximum.accumulate(times[:-1], out=prev[1:])
     return prev
+
+
+def source_watermark(current: int | None, high: int | None, lateness: int) -> int | None:
+    """A source's watermark after a batch: ``max(current, H - lateness)`` (never goes back)."""
+    if high is None:
+        return current
+    cand = int(high) - int(lateness)
+    return cand if current is None or cand > current else current
+
+
+def closing_watermark(current: int | None, high: int | None) -> int | None:
+    """The watermark at the end of an input: ``max(current, H + 1)`` (every row is in)."""
+    if high is None:
+        return current
+    return int(high) + 1 if current is None else max(int(current), int(high) + 1)

@@ -942,10 +942,19 @@ class WindowOperator(_Clocked):
             if lo_new > ks.lo:
                 _, cols = ks.buf.slice(ks.lo, lo_new)
                 t = cols[self._col_index["__time"]]
+                live = None
                 for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
                     if mode == "remove":
-                        ks.states[i] = spec.aggregate.remove_batch(
-                            ks.states[i], _agg_values(cols, self._agg_cols[i], t))
+                        a = spec.aggregate
+                        st = a.remove_batch(ks.states[i], _agg_values(cols, self._agg_cols[i], t))
+                        if a.needs_rebuild(st):
+                            # large values left: recompute from the live elements, so the
+                            # residue of their removal cannot exceed the window's own magnitude
+                            if live is None:
+                                _, live = ks.buf.slice(lo_new, ks.hi)
+                            lt = live[self._col_index["__time"]]
+                            st = a.add_batch(a.init(), _agg_values(live, self._agg_cols[i], lt))
+                        ks.states[i] = st
                 ks.lo = lo_new
 
     def _result_row(self, key_value, ks: _Key, s: int, t: int, is_final: bool) -> tuple:

@@ -261,3 +261,68 @@ def test_clock_rules():
     assert c.push(20) and c.watermark == 18 and c.end() == 20
     c2 = EventClock.from_state(c.to_state())
     assert (c2.high, c2.pushed, c2.late_rows, c2.lateness) == (12, 20, 1, 2)
+
+
+# -- floating-point residue after removals --------------------------------------------------------
+
+FSCHEMA = pa.schema([("ts", pa.int64()), ("x", pa.float64())])
+
+
+def _float_rows(op, rows):
+    out = []
+    for ts, x in rows:
+        for b in op.on_batch(pa.record_batch({"ts": pa.array([ts], pa.int64()),
+                                              "x": pa.array([x], pa.float64())})):
+            out += b.to_pylist()
+    for b in op.on_end():
+        out += b.to_pylist()
+    return out
+
+
+def test_repro_residue_one_element_window_has_zero_variance():
+    """tumbling(3) over (0, 1.0), (1, -470924.9156379751), (4, 4.23...): the one-element
+    window's variance is exactly 0, and its sum and mean are the element, to the last bit."""
+    spec = few_time(3, 1, 1)
+    op = WindowOperator(spec, [A.variance("x"), A.sum("x"), A.mean("x")], FSCHEMA, "ts", "s")
+    x = 4.232556985820463
+    out = _float_rows(op, [(0, 1.0), (1, -470924.9156379751), (4, x)])
+    lone = [r for r in out if r["window_start"] >= 2]
+    assert lone and all(r["variance_x"] == 0.0 for r in lone)
+    assert all(r["sum_x"] == x and r["mean_x"] == x for r in lone)
+
+
+def test_repro_residue_window_with_only_a_null_is_exactly_empty():
+    """A sliding window whose numeric elements all left, holding only a null, sums to exactly 0
+    and has no mean."""
+    spec = few_time(3, 1, 1)
+    op = WindowOperator(spec, [A.sum("x"), A.mean("x")], FSCHEMA, "ts", "s")
+    out = []
+    for ts, x in [(0, 0.1), (1, 1e5 / 3), (2, None), (4, None)]:
+        for b in op.on_batch(pa.record_batch({"ts": pa.array([ts], pa.int64()),
+                                              "x": pa.array([x], pa.float64())})):
+            out += b.to_pylist()
+    out += [r for b in op.on_end() for r in b.to_pylist()]
+    only_null = [r for r in out if r["window_start"] >= 2]
+    assert only_null and all(r["sum_x"] == 0 and r["mean_x"] is None for r in only_null)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.one_of(
+    st.floats(-1e12, 1e12, allow_nan=False), st.floats(-10, 10, allow_nan=False))),
+    min_size=1, max_size=40))
+def test_sliding_float_sums_stay_within_a_few_ulps(steps):
+    """A sliding sum/mean over floats of wildly different magnitudes stays within a few ulps of
+    the window's own magnitude (sum of |x| of its elements) of the exact value."""
+    from fractions import Fraction
+
+    rows, t = [], 0
+    for dt, x in steps:
+        t += dt
+        rows.append((t, x))
+    op = WindowOperator(few_time(4, 1, 1), [A.sum("x")], FSCHEMA, "ts", "s")
+    out = _float_rows(op, rows)
+    for r in out:
+        live = [x for ts, x in rows if r["window_start"] <= ts < r["window_end"]]
+        exact = float(sum(Fraction(x) for x in live))
+        mag = sum(abs(x) for x in live)
+        assert abs(r["sum_x"] - exact) <= 8 * np.finfo(float).eps * max(mag, 1e-300), (r, live)

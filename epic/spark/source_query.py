@@ -147,6 +147,8 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         prefetch: read a bounded source on a background thread too, ahead of the planner
             (``--io direct``: parsing overlaps the tasks of the previous micro-batch).
     """
+    from epic.timecore import closing_watermark, source_watermark
+
     src = node.source
     user_schema = node.output.schema
     entry = ENTRY_COLUMN in user_schema.names
@@ -223,8 +225,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
             idx = self._next
             if item is StopIteration:
                 self._done = True
-                if self._max is not None:
-                    self._wm = self._max + 1 if self._wm is None else max(self._wm, self._max + 1)
+                self._wm = closing_watermark(self._wm, self._max)
                 return False
             self._next += 1
             step = idx * n_sources + source_index
@@ -250,9 +251,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
                                 "nulls; declare it non-nullable or filter such rows")
             mx = int(np.max(times.to_numpy(zero_copy_only=False)))
             self._max = mx if self._max is None else max(self._max, mx)
-            cand = self._max - lateness
-            if self._wm is None or cand > self._wm:
-                self._wm = cand
+            self._wm = source_watermark(self._wm, self._max, lateness)
             self._planned[idx] = (b.num_rows, with_tags(b, schema, tag(step, PHASE_ROWS),
                                                         wm_before))
             return True
