@@ -33,7 +33,7 @@ from .aggregates import AggSpec
 from .errors import SpecError, StateError
 from .sinks import ENTRY_COLUMN
 from .timecore import EventClock
-from .windows import (_NOT_STARTED, MAX_BATCH_ROWS, FewTimeWindow, WindowOperator, _agg_values, _ceil_div, _Clocked,
+from .windows import (_NOT_STARTED, MAX_BATCH_ROWS, FewTimeWindow, _agg_values, _ceil_div, _Clocked,
                       _check_columns, _group_rows, _int_column, _key_tuple, _value_column,
                       window_output_schema)
 

@@ -28,8 +28,9 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from .errors import EpicError, NodeFailure
-from .operator import ENTRY_COLUMN, watermark_hold
+from .driver import NodeDriver
+from .errors import EpicError
+from .operator import ENTRY_COLUMN
 from .sources import Watermark
 from .timecore import closing_watermark, source_watermark
 from .topology import (MergeNode, Node, SinkNode, SourceNode, SplitNode, Stream, Topology)
@@ -102,26 +103,30 @@ class _Engine:
         for n in self.order:
             for i, s in enumerate(n.inputs):
                 self.consumers[s].append((n, i))
+        self.drivers: dict[str, NodeDriver] = {}
         for n in self.order:
             if isinstance(n, SourceNode):
                 continue
-            self.ops[n.name] = n.build(clock=clock) if isinstance(n, SinkNode) else n.build()
+            op = n.build(clock=clock) if isinstance(n, SinkNode) else n.build()
+            self.ops[n.name] = op
+            self.drivers[n.name] = NodeDriver(n.name, op, len(n.inputs),
+                                              merge=isinstance(n, MergeNode),
+                                              split=isinstance(n, SplitNode))
 
     # -- pushing -------------------------------------------------------------------------------
-    def _call(self, node: Node, what: str, fn, *args):
+    def _timed(self, node: Node, fn, *args):
+        """Call a driver method, counting the time in the node's busy seconds."""
         st = self.stats[node.name]
+        self.drivers[node.name].batch = st.batches_in
         t0 = _time.perf_counter()
         try:
             return fn(*args)
-        except EpicError:
-            raise
-        except Exception as exc:
-            raise NodeFailure(node.name, f"{type(self.ops[node.name]).__name__}.{what}",
-                              st.batches_in, exc) from exc
         finally:
             st.seconds += _time.perf_counter() - t0
 
     def emit(self, node: Node, outs):
+        if not outs:
+            return
         if isinstance(node, SplitNode):
             for port, batches in enumerate(outs):
                 self._emit_stream(node, node.outputs[port], batches)
@@ -141,26 +146,13 @@ class _Engine:
         st = self.stats[node.name]
         st.rows_in += batch.num_rows
         st.batches_in += 1
-        op = self.ops[node.name]
-        if isinstance(node, MergeNode):
-            outs = self._call(node, "on_batch", op.on_batch, batch, idx)
-        elif isinstance(node, SplitNode):
-            outs = self._call(node, "split", op.split, batch)
-        else:
-            outs = self._call(node, "on_batch", op.on_batch, batch)
-        self.emit(node, outs)
+        d = self.drivers[node.name]
+        self.emit(node, self._timed(node, d.rows, batch, idx))
 
     def watermark(self, node: Node, idx: int, wm: int):
-        op = self.ops[node.name]
-        if isinstance(node, MergeNode):
-            outs = self._call(node, "on_watermark", op.on_watermark, wm, idx)
-            self.emit(node, outs)
-            new = op.watermark
-        else:
-            outs = self._call(node, "on_watermark", op.on_watermark, wm)
-            self.emit(node, outs)
-            new = watermark_hold(op, wm)
-        self.forward_watermark(node, new)
+        d = self.drivers[node.name]
+        self.emit(node, self._timed(node, d.watermark, wm, idx))
+        self.forward_watermark(node, d.forwarded)
 
     def forward_watermark(self, node: Node, wm):
         if wm is None:
@@ -174,14 +166,13 @@ class _Engine:
                 self.watermark(consumer, idx, wm)
 
     def end(self, node: Node, idx: int):
-        op = self.ops[node.name]
-        self.remaining[node.name] -= 1
-        if isinstance(node, MergeNode):
-            self.emit(node, self._call(node, "on_input_end", op.on_input_end, idx))
-            self.forward_watermark(node, op.watermark if self.remaining[node.name] else None)
-        if self.remaining[node.name] > 0:
+        d = self.drivers[node.name]
+        self.emit(node, self._timed(node, d.input_end, idx))
+        if not d.all_inputs_ended:
+            if d.merge:
+                self.forward_watermark(node, d.forwarded)
             return
-        self.emit(node, self._call(node, "on_end", op.on_end))
+        self.emit(node, self._timed(node, d.end))
         self.finish(node)
 
     def finish(self, node: Node):

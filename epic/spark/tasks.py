@@ -30,8 +30,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from epic import serde
-from epic.errors import EpicError, NodeFailure
-from epic.operator import watermark_hold
 from epic.spark.session import freeze_gc_once
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
                              STEP, WM, runs, step_of, tag, with_tags)
@@ -188,14 +186,6 @@ def _batch_id() -> tuple[int, int]:
     return int(ctx.getLocalProperty("streaming.sql.batchId")), ctx.partitionId()
 
 
-def _fail(spec: TaskSpec, what: str, batch_id: int, exc: BaseException):
-    if isinstance(exc, NodeFailure):
-        return NodeFailure(exc.node, exc.function, batch_id, exc.cause)
-    if isinstance(exc, EpicError):
-        return exc
-    return NodeFailure(spec.node.name, what, batch_id, exc)
-
-
 def _fn_label(node) -> str:
     for attr in ("fn", "predicate"):
         f = getattr(node, attr, None)
@@ -255,41 +245,29 @@ def _emit(spec: TaskSpec, outs, step_tag: int, wm: int | None) -> Iterator[pa.Re
             yield with_tags(b, spec.out_schema, step_tag, wm)
 
 
-def _call(op, node, what: str, *args):
-    from epic.topology import MergeNode, SplitNode
-
-    if isinstance(node, SplitNode):
-        if what == "on_batch":
-            return op.split(args[0])
-        return getattr(op, what)(*args[:1])
-    if isinstance(node, MergeNode):
-        return getattr(op, what)(*args)
-    return getattr(op, what)(*args[:1]) if args else getattr(op, what)()
-
-
 def _run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa.RecordBatch]:
     """``stream``: handle each incoming batch on its own (runs of equal tags within it) instead
     of the whole partition as one table: bounded memory behind a node with many output rows."""
     freeze_gc_once()
     tables = (((pa.Table.from_batches([b]) for b in iterator if b.num_rows)) if stream
               else [t for t in [_collect(iterator)] if t is not None])
+    from epic.driver import NodeDriver
+    from epic.topology import SplitNode
+
     node = spec.node
-    op = None
-    batch_id = None
+    d = None
     schema = spec.in_schemas[0]
     for table in tables:
-        if op is None:
-            batch_id, _ = _batch_id()
-            op = node.build()
+        if d is None:
+            d = NodeDriver(node.name, node.build(), 1, split=isinstance(node, SplitNode),
+                           label=_fn_label(node))
+            d.batch, _ = _batch_id()
         steps = table.column(STEP).to_numpy()
         wms = table.column(WM).to_numpy()
         for a, b in runs(steps, wms):
             rows = _user_batch(table.slice(a, b - a), schema)
             wm = int(wms[a])
-            try:
-                outs = _call(op, node, "on_batch", rows)
-            except Exception as exc:  # noqa: BLE001 - named and re-raised
-                raise _fail(spec, _fn_label(node), batch_id, exc) from exc
+            outs = d.rows(rows)
             yield from _emit(spec, outs, int(steps[a]), None if wm == NO_WM else wm)
 
 
@@ -320,50 +298,38 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     ``high``: for a keyed node's partition, ``{"max": ...}`` filled by the reader with the largest
     event time of the whole stream's rows in this micro-batch (rows carry ``_hwm``, the stream's
     high-water mark before each): the node's clock follows the stream, not the partition."""
-    from epic.topology import MergeNode
+    from epic.driver import NodeDriver
+    from epic.topology import MergeNode, SplitNode
 
     freeze_gc_once()
     table = _collect(iterator)
     batch_id, part = _batch_id()
     node = spec.node
     n_in = len(spec.in_schemas)
-    merge = isinstance(node, MergeNode)
     store = StateStore(spec.state_dir, part)
-    op = node.build()
+    d = NodeDriver(node.name, node.build(), n_in, merge=isinstance(node, MergeNode),
+                   split=isinstance(node, SplitNode))
+    d.batch = batch_id
     snap = store.load_before(batch_id)
     if snap is not None:
         st = serde.unpackb(snap)
         if st["op"]:
-            op.restore(st["op"])
-        applied = list(st["applied"])
-        ended = bool(st["ended"])
-        inputs_ended = list(st["inputs_ended"])
+            d.op.restore(st["op"])
+        d.restore_state(st)
         last_step = st["last_step"]
         fwd = st["fwd"]
         mark = st.get("mark", fwd)
         ends_at = list(st.get("ends_at") or [None] * n_in)
         last_tag = st.get("last_tag")
     else:
-        applied = [None] * n_in
-        ended = False
-        inputs_ended = [False] * n_in
         last_step = None
         fwd = None
         mark = None
         ends_at = [None] * n_in  # per input: the step of its end of stream, once seen
         last_tag = None          # the largest _step tag this node has emitted
     out: list[pa.RecordBatch] = []
-    label = f"{type(op).__name__}"
 
-    def forwarded():
-        if merge:
-            return op.watermark
-        ws = [w for w in applied if w is not None]
-        if len(ws) != n_in:
-            return None
-        return watermark_hold(op, min(ws))  # an operator may hold the watermark back
-
-    def call(what, step_tag, *args):
+    def call(fn, step_tag, *args):
         nonlocal fwd, last_tag
         # Output tags never decrease in emission order: consumers sort by tag, so a smaller tag
         # would move rows ahead of rows this node emitted earlier. (An input run of one step can
@@ -373,21 +339,17 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             step_tag = last_tag
         last_tag = step_tag
         before = fwd
-        try:
-            outs = what(*args) if callable(what) else _call(op, node, what, *args)
-        except Exception as exc:  # noqa: BLE001 - named and re-raised
-            name = what if isinstance(what, str) else what.__name__
-            raise _fail(spec, f"{label}.{name}", batch_id, exc) from exc
-        out.extend(_emit(spec, outs, step_tag, before))
-        fwd = forwarded()
+        outs = fn(*args)  # the driver names the node, the function and the batch on failure
+        if outs:
+            out.extend(_emit(spec, outs, step_tag, before))
+        fwd = d.forwarded
 
     def watermark(i, w, step_tag):
-        if w is None or w == NO_WM or (applied[i] is not None and w <= applied[i]):
+        if w is None or w == NO_WM:
             return
-        applied[i] = int(w)
-        call("on_watermark", step_tag, int(w), i)
+        call(d.watermark, step_tag, int(w), i)
 
-    if table is not None and not ended:
+    if table is not None and not d.ended:
         steps = table.column(STEP).to_numpy()
         ins = table.column(IN).to_numpy() if IN in table.column_names else \
             np.zeros(table.num_rows, dtype=np.int64)
@@ -405,18 +367,15 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             last_step = s if last_step is None else max(last_step, s)
             watermark(i, int(wms[a]), tag(s, PHASE_PRE))
             rows = _user_batch(table.slice(a, b - a), spec.in_schemas[i])
-            if hwm is not None:
-                call(op.on_batch, tag(s, PHASE_ROWS), rows, hwm[a:b])
-            else:
-                call("on_batch", tag(s, PHASE_ROWS), rows, i)
+            call(d.rows, tag(s, PHASE_ROWS), rows, i, None if hwm is None else hwm[a:b])
             if stream and out:
                 yield from out
                 out.clear()
-    if high is not None and high.get("max") is not None and not ended:
+    if high is not None and high.get("max") is not None and not d.ended:
         # the stream's rows in other partitions moved its clock too
-        call(op.observe, tag(last_step if last_step is not None else 0, PHASE_ROWS), high["max"])
+        call(d.observe, tag(last_step if last_step is not None else 0, PHASE_ROWS), high["max"])
 
-    if not ended:
+    if not d.ended:
         per_input, mstep = _markers(spec, batch_id)
         if mstep is not None:
             last_step = mstep if last_step is None else max(last_step, mstep)
@@ -436,26 +395,23 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         # row), so an end is applied once every other input has ended, announced its end, or
         # progressed to that step; until then it waits (in the snapshot).
         while True:
-            pending = [i for i in range(n_in) if ends_at[i] is not None and not inputs_ended[i]]
+            pending = [i for i in range(n_in) if ends_at[i] is not None and not d.inputs_ended[i]]
             if not pending:
                 break
             i = min(pending, key=lambda k: (ends_at[k], k))
-            if not all(j == i or inputs_ended[j] or ends_at[j] is not None
+            if not all(j == i or d.inputs_ended[j] or ends_at[j] is not None
                        or (progress[j] is not None and progress[j] >= ends_at[i])
                        for j in range(n_in)):
                 break
-            inputs_ended[i] = True
-            if merge and not all(inputs_ended):
-                call("on_input_end", tag(s, PHASE_MARK), i)
+            call(d.input_end, tag(s, PHASE_MARK), i)
         # What consumers see as this node's watermark after the batch: the forwarded watermark,
         # frozen before on_end (the runner forwards nothing after a node's on_end, it ends it).
         mark = fwd
-        if all(inputs_ended):
-            ended = True
-            call("on_end", tag(s, PHASE_END))
+        if d.all_inputs_ended:
+            call(d.end, tag(s, PHASE_END))
 
     store.save(batch_id, serde.packb({
-        "op": op.snapshot(), "applied": applied, "ended": ended, "inputs_ended": inputs_ended,
+        "op": d.op.snapshot(), **d.state(),
         "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
         "last_tag": last_tag}))
     if spec.workdir:
