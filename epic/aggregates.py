@@ -537,21 +537,21 @@ class Mean(Aggregate):
         return [older[0] + newer[0], hi, lo + newer[2], mag, _builtin_max(older[4], newer[4], mag)]
 
     def add_batch(self, state, values):
-        total, n = _sum_count(values)
+        total, n, a = _sum_count_abs(values)
         if not n:
             return state
         hi, lo = _two_sum(state[1], state[2], total)
-        mag, peak = _mag_peak(state[3], state[4], _abs_sum(values))
-        return [state[0] + n, hi, lo, mag, peak]
+        mag = state[3] + a
+        return [state[0] + n, hi, lo, mag, mag if mag > state[4] else state[4]]
 
     def remove_batch(self, state, values):
-        total, n = _sum_count(values)
+        total, n, a = _sum_count_abs(values)
         if not n:
             return state
         if state[0] - n <= 0:
             return self.init()
         hi, lo = _two_sum(state[1], state[2], -total)
-        return [state[0] - n, hi, lo, state[3] - _abs_sum(values), state[4]]
+        return [state[0] - n, hi, lo, state[3] - a, state[4]]
 
     def needs_rebuild(self, state):
         return _needs_rebuild(state[3], state[4])
@@ -567,12 +567,17 @@ class Mean(Aggregate):
         return pa.float64()
 
 
-def _abs_sum(values) -> float:
-    v = np.asarray(values)
-    if v.dtype.kind == "O":
-        v = _finite(v).astype(np.float64)
-    s = float(np.nansum(np.abs(v.astype(np.float64, copy=False)))) if len(v) else 0.0
-    return s
+def _sum_count_abs(values: np.ndarray) -> tuple[float, int, float]:
+    """:func:`_sum_count` plus the sum of the absolute values (the state's magnitude)."""
+    if values.dtype.kind == "f":
+        total = float(np.add.reduce(values, dtype=np.float64))
+        if total == total:
+            return total, len(values), float(np.add.reduce(np.abs(values), dtype=np.float64))
+    values = _finite(values)
+    if not len(values):
+        return 0.0, 0, 0.0
+    v = values.astype(np.float64, copy=False)
+    return float(np.add.reduce(v)), len(v), float(np.add.reduce(np.abs(v)))
 
 
 class _Extreme(Aggregate):
