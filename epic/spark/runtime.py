@@ -254,6 +254,14 @@ class _Deploy:
         self.trigger = f"{max(1, int(trigger_interval * 1000))} milliseconds"
         self.order = topology.topological_order()
         self.modes = plan_modes(topology)
+        if not self.direct:
+            # --io rows shuffles rows by key through Spark, so a partition would see only its
+            # keys' rows and could not follow the stream's clock (docs/windows.md): its window
+            # nodes run as one task. The direct mode keeps them keyed (every task reads the
+            # stream and learns each row's high-water mark).
+            for n in topology.nodes.values():
+                if isinstance(n, WindowNode) and self.modes.get(n.name) == "keyed":
+                    self.modes[n.name] = "global"
         self.queries: dict[str, object] = {}
         self.partitions = partitions
         self.tag = uuid.uuid4().hex[:8]
