@@ -771,8 +771,10 @@ def _first_batch(result, schema):
 class WindowedStream:
     """``t.window(name, stream, spec, key=...)`` without aggregates; call :meth:`aggregate`."""
 
-    def __init__(self, topology: "Topology", name: str, stream: Stream, spec: WindowSpec, key):
+    def __init__(self, topology: "Topology", name: str, stream: Stream, spec: WindowSpec, key,
+                 late: str = "stream"):
         self._t, self._name, self._stream, self._spec, self._key = topology, name, stream, spec, key
+        self._late = late
 
     def aggregate(self, *aggregates: AggSpec) -> Stream:
         """Add the window node with these aggregates; returns its output stream.
@@ -788,7 +790,7 @@ class WindowedStream:
         if len(aggregates) == 1 and isinstance(aggregates[0], (list, tuple)):
             aggregates = tuple(aggregates[0])
         return self._t.window(self._name, self._stream, self._spec, key=self._key,
-                              aggregates=list(aggregates))
+                              aggregates=list(aggregates), late=self._late)
 
 
 class Topology:
@@ -1024,7 +1026,7 @@ class Topology:
                            "give every node a unique name")
             self._check_input(name, stream, "input")
             self._pending_windows.append(name)
-            return WindowedStream(self, name, stream, spec, key)
+            return WindowedStream(self, name, stream, spec, key, late)
         return self._new(WindowNode, name, [stream], spec=spec, aggregates=tuple(aggregates),
                          key=_key_tuple(key), late=late).output
 

@@ -49,6 +49,10 @@ def _topology(rows: list[dict], batch_rows: int) -> epic.Topology:
     c = t.window("cnt", s, epic.tumbling_count(3, ef=1, lateness=2), key="k",
                  aggregates=[epic.sum("v")])
     t.sink("cnt_out", c, epic.collect_sink())
+    pw = epic.predicate_window(lambda cur: cur["v"] % 3 == 0, lambda first, cur: cur["v"] > 5,
+                               kind="sliding", lateness=3)
+    p = t.window("runs", s, pw, key="k", aggregates=[epic.count("n"), epic.collect("v")])
+    t.sink("runs_out", p, epic.collect_sink())
     return t
 
 
@@ -69,7 +73,7 @@ def test_deploy_equals_run_under_disorder(spark, tmp_path, partitions, fuse):
         result = deploy(_topology(rows, batch_rows), str(tmp_path / f"wd{i}"), spark=spark,
                         timeout=240, fuse=fuse, partitions=partitions, batch_rows=batch_rows)
         assert result.status["state"] == "finished"
-        for sink in ("late1_out", "few_out", "cnt_out", "late1_rows"):
+        for sink in ("late1_out", "few_out", "cnt_out", "late1_rows", "runs_out"):
             got = result.collected[sink].to_pylist()
             exp = want.collected[sink].to_pylist()
             assert sorted(got, key=rows_key) == sorted(exp, key=rows_key), (i, sink)
@@ -81,5 +85,5 @@ def test_deploy_equals_run_under_disorder(spark, tmp_path, partitions, fuse):
             assert [(r["k"], r["ts"], r["late_watermark"]) for r in
                     result.collected["late1_rows"].to_pylist()] == [(1, 5, 9)]
         # late counts: the deploy reports epic run's
-        for node in ("late1", "few", "cnt"):
+        for node in ("late1", "few", "cnt", "runs"):
             assert result.status["late_rows"][node] == want.nodes[node].late_rows, (i, node)
