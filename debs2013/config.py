@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from debs2013 import constants as C
@@ -145,11 +146,13 @@ class Q3Config:
     """Query 3, heat map (spec §7).
 
     Attributes:
-        base_grid: the finest grid kept in state, ``(cells along x, cells along y)``. The
-            default ``(64, 1300)`` derives all four grids exactly (1300 is a multiple of 100, 50,
-            25 and 13), which spec §7 needs: each sample's time belongs to the cell it lies in.
-            ``(64, 100)`` keeps 13x less state but can only split a fine cell's time over the
-            8x13 cells in proportion to their overlap, which is not exact for 8x13.
+        base_grid: the grid kept in state, ``(cells along x, ny1[, ny2 ...])``: along y the
+            union of the edges of ``ny1``, ``ny2``, ... equal parts (pairwise coprime counts).
+            The default ``(64, 100, 13)`` has 64 x 112 cells and derives all four grids exactly
+            (every edge of 8x13, 16x25, 32x50 and 64x100 is a base edge), which spec §7 needs:
+            each sample's time belongs to the cell it lies in. ``(64, 1300)`` is exact too, with
+            13x the state; ``(64, 100)`` can only split a base cell's time over the 8x13 cells
+            in proportion to their overlap (up to 0.8 percentage points off).
         period_ps: one heat map per player per period (1 s) and the windows' ``ef``.
         max_gap_ps: a position sample stands for at most this long (see :class:`Q1Config`).
         denominator: ``"field"``: percent of the player's time inside the field in the window
@@ -162,7 +165,7 @@ class Q3Config:
         origin: the heat-map grid origin (kick-off by default).
     """
 
-    base_grid: tuple[int, int] = (64, 1300)
+    base_grid: tuple[int, ...] = (64, 100, 13)
     period_ps: int = C.Q3_EMIT_PERIOD_PS
     max_gap_ps: int = C.PS_PER_S
     denominator: str = "field"
@@ -175,8 +178,15 @@ class Q3Config:
         _choice("Q3Config", "corners", self.corners, ("mm", "exact"))
         for name in ("period_ps", "max_gap_ps"):
             _positive("Q3Config", name, getattr(self, name))
-        if len(self.base_grid) != 2 or min(self.base_grid) <= 0:
-            raise SpecError("Q3Config: base_grid must be (nx, ny) with positive counts")
+        if len(self.base_grid) < 2 or min(self.base_grid) <= 0:
+            raise SpecError("Q3Config: base_grid must be (nx, ny[, ny2 ...]) with positive "
+                            "counts, e.g. (64, 100, 13)")
+        ys = self.base_grid[1:]
+        for a in range(len(ys)):
+            for b in range(a + 1, len(ys)):
+                if math.gcd(ys[a], ys[b]) != 1:
+                    raise SpecError(f"Q3Config: base_grid y counts {ys[a]} and {ys[b]} share "
+                                    "interior edges; use pairwise coprime counts, e.g. 100, 13")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
 from debs2013.q1 import Q1A_SCHEMA, Q1B_SCHEMA, RunningOperator, RunningStats, q1b_rows
 from debs2013.q2 import (PLAYER_POSSESSION_SCHEMA, TEAM_POSSESSION_SCHEMA, BallHitter,
                          PossessionOperator, TeamShare, team_rows)
-from debs2013.q3 import HeatMap, HeatMapOperator, corner_values, grid_weights, q3_schema
+from debs2013.q3 import (HeatMap, HeatMapOperator, base_shape, corner_values, grid_weights,
+                         q3_schema)
 from debs2013.q4 import Q4_SCHEMA, ShotOperator
 from debs2013.readers import (SENSOR_SCHEMA, interruption_markers, read_game_interruptions,
                               read_metadata, shared_dir)
@@ -433,13 +434,15 @@ def grid_name(grid: tuple[int, int]) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _axis_map(base: int, target: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per base index along one axis: the (up to 2) target indices it overlaps and the shares,
-    as ``(targets[base, 2], shares[base, 2])`` (share 0 where there is no second target)."""
+def _axis_map(base, target: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per base index along one axis (``base``: a count or a tuple of counts whose edges are
+    united, :func:`debs2013.q3.axis_edges`): the (up to 2) target indices it overlaps and the
+    shares, as ``(targets[n, 2], shares[n, 2])`` (share 0 where there is no second target)."""
     w = grid_weights(base, target)          # target x base
-    targets = np.zeros((base, 2), np.int64)
-    shares = np.zeros((base, 2), np.float64)
-    for k in range(base):
+    nb = w.shape[1]
+    targets = np.zeros((nb, 2), np.int64)
+    shares = np.zeros((nb, 2), np.float64)
+    for k in range(nb):
         nz = np.nonzero(w[:, k])[0]
         if len(nz) > 2:
             raise SpecError(f"debs2013: base grid {base} cannot be folded onto {target} cells")
@@ -454,10 +457,10 @@ def _fold_maps(base: tuple[int, int], grid: tuple[int, int]) -> list:
     id and the share of the fine cell in it, ``[(cmap, wmap, whole)]`` in a fixed order (the
     summation order, so results are the same to the last bit); ``whole`` when every share of
     that entry is 1 and no other entry exists (the grids divide each other)."""
-    bx, by = base
+    bx, by = base_shape(base)
     nx, ny = grid
-    tx, sx = _axis_map(bx, nx)
-    ty, sy = _axis_map(by, ny)
+    tx, sx = _axis_map(base[0], nx)
+    ty, sy = _axis_map(tuple(base[1:]), ny)
     cell = np.arange(bx * by, dtype=np.int64)
     fi, fj = cell % bx, cell // bx
     maps = []
@@ -474,9 +477,8 @@ def _fold_maps(base: tuple[int, int], grid: tuple[int, int]) -> list:
 def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
     """Fold sparse base-grid times ``(row, cell, time)`` onto ``grid``: ``(row, cell, time)`` of
     the non-zero coarse cells, sorted by row then cell id (``j * nx + i``)."""
-    bx, by = base
     nx, ny = grid
-    if grid == base:
+    if tuple(grid) == tuple(base):
         return row, cell, time.astype(np.float64, copy=False)
     keys, vals = [], []
     for cmap, wmap, whole in _fold_maps(base, grid):
@@ -535,8 +537,9 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
     """Heat-map window output (key ``player_id``, ``window_start`` / ``window_end``, struct
     column ``heat`` of :class:`~debs2013.q3.HeatMap`) as q3 rows of all four grids.
 
-    The same numbers as :func:`debs2013.q3.q3_rows` (coarse time = the base cells' time split
-    by overlap; percent of the player's time in the field, or of the window length), vectorised
+    The same numbers as :func:`debs2013.q3.q3_rows` (coarse time = the sum of the base cells'
+    time, exact with the default base grid; split by overlap with a base grid that does not
+    refine the output grid; percent of the player's time in the field, or of the window length), vectorised
     over the whole batch instead of one window row at a time. Rows come per window row (in
     batch order, i.e. by ``ts`` then player), then grid (8x13, 16x25, 32x50, 64x100), then
     cell id; with ``dense`` every cell of every grid, else the non-zero ones.

@@ -23,10 +23,10 @@ def _ps(seconds: str) -> int:
     return int(Fraction(seconds) * C.PS_PER_S)
 
 
-def _grid(text: str) -> tuple[int, int]:
-    """``"64x100"`` -> ``(64, 100)``."""
+def _grid(text: str) -> tuple[int, ...]:
+    """``"64x100"`` -> ``(64, 100)``; ``"64x100+13"`` -> ``(64, 100, 13)`` (y: both edge sets)."""
     nx, ny = text.lower().split("x")
-    return int(nx), int(ny)
+    return (int(nx),) + tuple(int(v) for v in ny.split("+"))
 
 
 # inputs, outputs, run shape
@@ -67,7 +67,9 @@ shot_pending = epic.param("shot_pending", "0.2", help="Q4 pending window after a
 # Q3
 dense = epic.param("dense", False, help="every cell every second (huge) instead of non-zero")
 q3_denominator = epic.param("q3_denominator", "field", help="field | window")
-q3_base_grid = epic.param("q3_base_grid", "64x100", help="64x100 | 64x1300 (exact 8x13)")
+q3_base_grid = epic.param("q3_base_grid", "64x100+13",
+                          help="64x100+13 (exact, every grid) | 64x1300 (exact) | 64x100 (8x13 "
+                               "approximate)")
 q3_corners = epic.param("q3_corners", "mm", help="mm: corners rounded to whole mm | exact")
 
 topology = build_topology(DebsOptions(
