@@ -200,6 +200,11 @@ class Q4Config:
             this long and the shot starts at the first event that passes (default 0.2 s). A kick's
             acceleration spike starts before the ball has its new velocity, and a curve ball may
             only line up with the goal a little later; 0 tests the hit event alone.
+        settle_acc_raw: a shot starts only at a ball row with ``|a|`` below this (µm/s²):
+            the touch's acceleration spike has settled, so the projected velocity is the one
+            the ball leaves with (default: the hit threshold, 55 m/s²). Rows inside a spike
+            carry a blend of the old and new velocity and would report 2-10 ms "blip shots"
+            at touches of a goalward ball. ``None``: test every row (the old behaviour).
         deflection_ends: a hit by another player ends a live shot (and may start a new one);
             default False: the report continues under the original shooter (F).
         goal_pos_y, goal_neg_y: the goal areas (goal 1 at +y, goal 2 at -y).
@@ -208,6 +213,7 @@ class Q4Config:
     horizon_ps: int = int(C.SHOT_HORIZON_S * C.PS_PER_S)
     gravity: bool = False
     pending_ps: int = 200_000_000_000
+    settle_acc_raw: int | None = C.HIT_ACC_RAW
     deflection_ends: bool = False
     goal_pos_y: tuple[float, float, float, float] = (
         C.GOAL_POS_Y["x_lo"], C.GOAL_POS_Y["x_hi"], C.GOAL_POS_Y["y"], C.GOAL_POS_Y["z_max"])
@@ -218,3 +224,5 @@ class Q4Config:
         _positive("Q4Config", "horizon_ps", self.horizon_ps)
         if self.pending_ps < 0:
             raise SpecError("Q4Config: pending_ps must be >= 0")
+        if self.settle_acc_raw is not None:
+            _positive("Q4Config", "settle_acc_raw", self.settle_acc_raw)

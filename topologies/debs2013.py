@@ -64,6 +64,8 @@ team_time = epic.param("team_time", "until_end", help="until_end | player")
 gravity = epic.param("gravity", False, help="Q4 projection subtracts gravity")
 deflection_ends = epic.param("deflection_ends", False, help="another player's hit ends a shot")
 shot_pending = epic.param("shot_pending", "0.2", help="Q4 pending window after a hit, s")
+shot_settle = epic.param("shot_settle", True,
+                         help="a shot starts only once the touch's |a| spike is below 55 m/s^2")
 # Q3
 dense = epic.param("dense", False, help="every cell every second (huge) instead of non-zero")
 q3_denominator = epic.param("q3_denominator", "field", help="field | window")
@@ -96,5 +98,6 @@ topology = build_topology(DebsOptions(
                 team_time=team_time, team_period_ps=_ps(q2_period)),
     q3=Q3Config(base_grid=_grid(q3_base_grid), denominator=q3_denominator, dense=dense,
                 corners=q3_corners),
-    q4=Q4Config(gravity=gravity, deflection_ends=deflection_ends, pending_ps=_ps(shot_pending)),
+    q4=Q4Config(gravity=gravity, deflection_ends=deflection_ends, pending_ps=_ps(shot_pending),
+                settle_acc_raw=C.HIT_ACC_RAW if shot_settle else None),
 ))
