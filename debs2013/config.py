@@ -95,6 +95,10 @@ class Q2Config:
             ``"last_event"``: from P's last qualifying event (a contact is a chain of events less
             than epsilon apart).
         field_inclusive: bounds of the FAQ rectangle are inside the field (default) or not.
+        ball_timeout_ps: the ball in play's data has stopped when it has no row for longer than
+            this (0.1 s; the ball reports every 0.5 ms): no ball is in play from its last row
+            on, so possession ends there (spec §1.4: no ball data for the last ~159 s of the
+            first half; a short game's half simply ends).
         possession_time: ``"first_to_last"``: a player's time runs from his first touch to his
             last touch of an unbroken run (default; matches the annotations); ``"until_end"``: to
             the end of the possession (next player's hit, ball out, stop).
@@ -119,6 +123,7 @@ class Q2Config:
     epsilon_ps: int = 200_000_000_000
     epsilon_from: str = "hit"
     field_inclusive: bool = True
+    ball_timeout_ps: int = 100_000_000_000
     possession_time: str = "first_to_last"
     hits_count: str = "contact"
     team_time: str = "until_end"
@@ -133,7 +138,7 @@ class Q2Config:
                 ("first_to_last", "until_end"))
         _choice("Q2Config", "hits_count", self.hits_count, ("contact", "possession"))
         _choice("Q2Config", "team_time", self.team_time, ("until_end", "player"))
-        for name in ("hit_acc_raw", "hit_dist_mm", "team_period_ps"):
+        for name in ("hit_acc_raw", "hit_dist_mm", "team_period_ps", "ball_timeout_ps"):
             _positive("Q2Config", name, getattr(self, name))
         if self.epsilon_ps < 0:
             raise SpecError("Q2Config: epsilon_ps must be >= 0")

@@ -58,6 +58,8 @@ hands = epic.param("hands", False, help="goalkeeper hand sensors count for hits"
 hit_strict = epic.param("hit_strict", False, help="|a| > 55 m/s^2 instead of >=")
 hit_2d = epic.param("hit_2d", False, help="2D ball-to-shoe distance instead of 3D")
 epsilon = epic.param("epsilon", "0.2", help="hit dropping policy window, s")
+ball_timeout = epic.param("ball_timeout", "0.1",
+                          help="s without a row of the ball in play: its data stopped (ends possession)")
 possession_time = epic.param("possession_time", "first_to_last", help="| until_end")
 hits_count = epic.param("hits_count", "contact", help="contact | possession")
 team_time = epic.param("team_time", "until_end", help="until_end | player")
@@ -94,7 +96,8 @@ topology = build_topology(DebsOptions(
     q1=Q1Config(emit_period_ps=_ps(q1_period), boundary=q1_boundary, short_stretch=q1_short,
                 distance=q1_distance),
     q2=Q2Config(acc_inclusive=not hit_strict, distance_3d=not hit_2d, include_hands=hands,
-                epsilon_ps=_ps(epsilon), possession_time=possession_time, hits_count=hits_count,
+                epsilon_ps=_ps(epsilon), ball_timeout_ps=_ps(ball_timeout),
+                possession_time=possession_time, hits_count=hits_count,
                 team_time=team_time, team_period_ps=_ps(q2_period)),
     q3=Q3Config(base_grid=_grid(q3_base_grid), denominator=q3_denominator, dense=dense,
                 corners=q3_corners),
