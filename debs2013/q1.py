@@ -18,9 +18,14 @@ during interruptions, spec §4.4).
 * Its intensity class: standing ≤ 1 km/h < trot ≤ 11 < low ≤ 14 < medium ≤ 17 < high ≤ 24 < sprint
   (``boundary="le"``; ``"lt"`` puts a limit value in the upper class).
 * Distance: the integral of that speed over time (``distance="speed"``), or the sum of 2D
-  displacements of the mean shoe position (``"displacement"``). A sample stands for at most
-  ``max_gap_ps``; beyond that the player is unobserved (no time, no distance, no q1a rows), which
-  keeps half-time out of every sum.
+  displacements of the mean shoe position (``"displacement"``). Only observed time counts: a
+  sample stands until the player's next sample if that comes within ``max_gap_ps`` (1 s); a
+  longer gap (a drop-out, half-time, the end of the data) is unobserved as a whole: the sample
+  before it stands for nothing (no time, no distance). So the last sample of a half adds nothing
+  past the end of the data. The increments of a slice are released once this is decided (the next
+  sample has come, or ``max_gap_ps`` has passed without one); a q1a row is a live reading and
+  includes the time since the player's latest sample while that is within ``max_gap_ps`` (no row
+  after that).
 * The 1-second rule: a *segment* has one intensity. When the class changes, the new class must
   last ``min_segment_ps`` to open a new segment; the decision is made when it has lasted that
   long. Shorter stretches go to the next intensity that lasts (``short_stretch="next"``: the new
@@ -116,14 +121,24 @@ class _Knots:
         self.kj = np.zeros(0, np.float64) if kj is None else kj
         self.ks = np.zeros(0, np.float64) if ks is None else ks
 
-    def eval(self, q: np.ndarray, gap: int):
-        """(T, D, observed) at times ``q`` (state from rows with ts < q)."""
+    def eval(self, q: np.ndarray, gap: int, closed: bool = False):
+        """(T, D, observed) at times ``q`` (state from rows with ts < q).
+
+        A sample holds until the next one if that comes within ``gap``; a longer gap is
+        unobserved (the sample before it holds for nothing). ``closed``: only pieces whose next
+        sample is known count (window increments; the time after the last sample is 0);
+        otherwise the open piece after the last sample counts while it is within ``gap`` (the
+        live reading of q1a)."""
         kt = self.kt
         idx = np.searchsorted(kt, q, side="left") - 1
         valid = idx >= 0
         i = np.maximum(idx, 0)
         since = q - kt[i]
-        dt = np.where(valid, np.minimum(since, gap), 0)
+        if closed:
+            nxt = np.where(i + 1 < len(kt), kt[np.minimum(i + 1, len(kt) - 1)], kt[i] + gap + 1)
+            dt = np.where(valid & (i + 1 < len(kt)) & (nxt - kt[i] <= gap), since, 0)
+        else:
+            dt = np.where(valid & (since <= gap), since, 0)
         T = self.kT[i] + dt
         D = self.kD[i] + np.where(valid, self.kj[i], 0.0) + self.ks[i] * dt
         return T, D, valid & (since <= gap)
@@ -303,6 +318,11 @@ class RunningOperator:
         for p in self._players:
             if p["P"] != _NO:
                 release = min(release, p["P"])
+            kt = p["knots"].kt
+            if len(kt) and frontier - int(kt[-1]) <= cfg.max_gap_ps:
+                # the piece after the player's last sample counts only if the next sample
+                # comes within max_gap: undecided until then
+                release = min(release, int(kt[-1]))
         release = int(floor_grid(release, cfg.origin, cfg.emit_period_ps))
         inc = self._release(release, final=False) if self._inc_done is not None else []
         return self._build(out_rows, inc)
@@ -361,11 +381,11 @@ class RunningOperator:
             prev_t = np.concatenate([[kn.kt[-1]], t[:-1]])
             prev_s = np.concatenate([[kn.ks[-1]], slope[:-1]])
             prev_j = np.concatenate([[kn.kj[-1]], jump[:-1]])
-            dts = np.minimum(t - prev_t, gap)
+            dts = np.where(t - prev_t <= gap, t - prev_t, 0)  # a longer gap is unobserved
             T = np.cumsum(np.concatenate([[kn.kT[-1]], dts]))[1:]
             D = np.cumsum(np.concatenate([[kn.kD[-1]], prev_j + prev_s * dts]))[1:]
         else:
-            dts = np.minimum(np.diff(t), gap)
+            dts = np.where(np.diff(t) <= gap, np.diff(t), 0)
             T = np.concatenate([[0], np.cumsum(dts)]).astype(np.int64)
             D = np.cumsum(np.concatenate([[0.0], jump[:-1] + slope[:-1] * dts]))
         kn.kt = np.concatenate([kn.kt, t])
@@ -449,7 +469,7 @@ class RunningOperator:
             bl = [b for b in p["bounds"] if b[0] < upto]
             bt = np.array([b[0] for b in bl], np.int64)
             pts = np.union1d(points_grid, bt)
-            T, D, _ = kn.eval(pts, cfg.max_gap_ps)
+            T, D, _ = kn.eval(pts, cfg.max_gap_ps, closed=True)
             Dr = np.round(D).astype(np.int64)
             dT = np.diff(T)
             dD = np.diff(Dr)

@@ -14,8 +14,9 @@ keep moving during interruptions, spec §4.4).
 
 * A player's position is the mean of the latest positions of his two shoe sensors (one shoe until
   the other has reported), updated on every shoe row: each row is a *position sample*.
-* Time weighting: a sample holds from its ``ts`` to the player's next sample, at most
-  ``max_gap_ps``; that time goes to the cell of the sample. Positions outside the field rectangle
+* Time weighting: a sample holds from its ``ts`` to the player's next sample if that comes
+  within ``max_gap_ps`` (1 s); a longer gap (drop-out, half-time, the end of the data) is
+  unobserved (the sample before it holds for nothing). That time goes to the cell of the sample. Positions outside the field rectangle
   are in no cell (their time is not counted).
 * Cells of the base grid (default ``base_grid=(64, 100, 13)``): along x the 64 equal parts,
   ``i = floor((x − 0)·64 / 52483)``; along y the union of the edges of 100 and of 13 equal parts
@@ -241,7 +242,14 @@ class HeatMapOperator:
         cfg = self.config
         self._frontier = max(self._frontier, frontier)
         period = cfg.period_ps
-        upto = self._frontier if final else int(floor_grid(self._frontier, cfg.origin, period))
+        upto = self._frontier
+        if not final:
+            for p in self._players:
+                # a player's last sample: whether it holds until his next one is not known
+                # until that comes or max_gap has passed
+                if len(p["pt"]) and self._frontier - int(p["pt"][-1]) <= cfg.max_gap_ps:
+                    upto = min(upto, int(p["pt"][-1]))
+            upto = int(floor_grid(upto, cfg.origin, period))
         lo = self._done
         if upto <= lo:
             return []
@@ -250,9 +258,13 @@ class HeatMapOperator:
             pt, pc = p["pt"], p["pc"]
             if not len(pt):
                 continue
-            nxt = np.concatenate([pt[1:], [-_NO]])
+            # a sample holds until the next one if that comes within max_gap; a longer gap (and
+            # the end of the data) is unobserved; the last sample's piece is held back by
+            # `upto` until it is decided, see below
+            nxt = np.concatenate([pt[1:], [pt[-1]]])
+            nxt = np.where(nxt - pt <= cfg.max_gap_ps, nxt, pt)
             a = np.maximum(pt, lo)
-            b = np.minimum(np.minimum(nxt, pt + cfg.max_gap_ps), upto)
+            b = np.minimum(nxt, upto)
             m = (b > a) & (pc >= 0)
             a, b, c = a[m], b[m], pc[m]
             # drop samples that can no longer contribute: keep the last one before `upto`
