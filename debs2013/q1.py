@@ -41,7 +41,14 @@ over the segment in km/h (distance / observed time). When a segment is closed (a
 time) one more row gives its final values, ``ts_stop`` = its end. While a new class has not lasted
 1 s yet, the current segment's row includes the undecided stretch (it is the player's state until
 the rule decides). At the end of the input a last row per player is written at the last event
-time.
+time. Rows are written in ``ts_stop`` order (then closing rows first, then player): a closing
+row's ``ts_stop`` (its segment's end) lies up to 1 s before the decision, so the rows after the
+earliest undecided stretch of any player wait for the decision (up to ~1 s of latency).
+
+At the start of a player's data his first segment opens at his first sample with that sample's
+class: there is nothing before it for a short stretch to join, so the 1-second rule cannot apply
+backwards and this first segment may be shorter than 1 s (documented exception; seen for a few
+players at kick-off). Every later segment lasts at least 1 s.
 
 **Output 2, increments** (:data:`INCREMENT_SCHEMA`): per emission slice ``[ts, ts + period)`` and
 player, the observed time (ps) and distance (nm, integer so that window add/remove is exact) per
@@ -184,6 +191,7 @@ class RunningOperator:
         self._inst_done = _NO    # last q1a emission instant written
         self._inc_done = None    # slices before this grid point have been released
         self._ended = False
+        self._q1a_held: list = []  # q1a rows waiting for earlier closing rows (ts_stop order)
 
     # -- state ------------------------------------------------------------------------------
     @staticmethod
@@ -201,7 +209,8 @@ class RunningOperator:
             players.append(d)
         return serde.packb({"format": "debs2013.q1/1", "players": players,
                             "frontier": self._frontier, "inst_done": self._inst_done,
-                            "inc_done": self._inc_done, "ended": self._ended})
+                            "inc_done": self._inc_done, "ended": self._ended,
+                            "q1a_held": [list(r) for r in self._q1a_held]})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpackb(data)
@@ -218,6 +227,7 @@ class RunningOperator:
         self._inst_done = st["inst_done"]
         self._inc_done = st["inc_done"]
         self._ended = st["ended"]
+        self._q1a_held = [tuple(r) for r in st.get("q1a_held", [])]
 
     # -- protocol ---------------------------------------------------------------------------
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -260,15 +270,20 @@ class RunningOperator:
         for p in self._players:
             p["P"] = _NO
         inc = self._release(end, final=True)
+        out_rows = self._q1a_held + out_rows
+        self._q1a_held = []
         return self._build(out_rows, inc)
 
     @property
     def output_watermark(self) -> int | None:
         """Watermark hold: increments of slices not yet decided by the 1-second rule come later,
         stamped with their slice start, so nothing before ``_inc_done`` is final yet."""
+        held = min((r[4] for r in self._q1a_held), default=None)
         if self.emit == "q1a":
-            return None
-        return self._inc_done
+            return held
+        if held is None or self._inc_done is None:
+            return self._inc_done
+        return min(self._inc_done, held)
 
     # -- core -------------------------------------------------------------------------------
     def _advance(self, pl, slot, ts, v, x, y, frontier) -> list[pa.RecordBatch]:
@@ -314,6 +329,14 @@ class RunningOperator:
                 out_rows.extend(self._instant_rows(i, p, inst, seg))
             if len(inst):
                 self._inst_done = int(inst[-1])
+        # q1a rows go out in ts_stop order: a closing row's ts_stop is its segment's end, the
+        # start of the pending stretch P (up to 1 s before the decision), so rows at or after
+        # the earliest pending P wait for the decisions
+        self._q1a_held.extend(out_rows)
+        pend = [p["P"] for p in self._players if p["P"] != _NO]
+        safe = min(pend) if pend else None
+        out_rows = [r for r in self._q1a_held if safe is None or r[4] < safe]
+        self._q1a_held = [r for r in self._q1a_held if safe is not None and r[4] >= safe]
         release = frontier
         for p in self._players:
             if p["P"] != _NO:
@@ -496,7 +519,7 @@ class RunningOperator:
     def _build(self, q1a_rows: list, inc_rows: list) -> list[pa.RecordBatch]:
         names = self.roster.names
         out = []
-        q1a_rows.sort(key=lambda r: (r[0], r[1], r[2]))
+        q1a_rows.sort(key=lambda r: (r[4], r[1], r[2]))  # ts_stop, closing rows first, player
         if self.emit == "q1a":
             if q1a_rows:
                 out.append(_q1a_batch(q1a_rows, names))
@@ -509,7 +532,7 @@ class RunningOperator:
             return []
         n1, n2 = len(q1a_rows), len(inc_rows)
         kind = ["q1a"] * n1 + ["increment"] * n2
-        ts = [r[0] for r in q1a_rows] + [r[0] for r in inc_rows]
+        ts = [r[4] for r in q1a_rows] + [r[0] for r in inc_rows]
         arrays = [
             pa.array(kind, pa.string()), pa.array(ts, pa.int64()),
             pa.array([r[3] for r in q1a_rows] + [None] * n2, pa.int64()),

@@ -65,10 +65,13 @@ def test_short_stretch_goes_to_next_lasting_intensity():
     """trot 2 s, low 0.5 s, high 2 s: the low burst joins the high segment (spec default)."""
     out = q1a(phases((2, kmh(5)), (0.5, kmh(12)), (2, kmh(20))))
     assert segments(out) == [(0, "trot"), (2 * PS, "high")]
-    # the closing row is written when high has lasted 1 s (3.5 s), before that instant's row
-    order = [r["ts_stop"] for r in out]
-    closing = [out[order.index(3 * PS + PS // 2) - 1]]
-    assert closing[0]["ts_stop"] == 2 * PS and closing[0]["intensity"] == "trot"
+    # the closing row (decided when high has lasted 1 s, at 3.5 s) is written in ts_stop order:
+    # at the segment's end, 2 s, before the instant rows after it (which waited for it)
+    closing = [r for r in out if r["ts_stop"] == 2 * PS and r["ts_start"] == 0]
+    assert closing and closing[0]["intensity"] == "trot"
+    k = out.index(closing[0])
+    assert all(r["ts_stop"] < 2 * PS for r in out[:k])
+    assert all(r["ts_stop"] >= 2 * PS for r in out[k:])
     assert closing[0]["distance"] == pytest.approx(2 * 5 / 3.6, rel=1e-6)
     assert closing[0]["speed"] == pytest.approx(5.0, rel=1e-6)
 
@@ -152,6 +155,25 @@ def test_increments_sum_to_segment_totals_and_respect_the_rule():
     assert per["high"][1] == pytest.approx((0.5 * 12 + (2 - 0.005) * 20) / 3.6 * 1e9, rel=1e-6)
     ts = [r["ts"] for r in inc]
     assert ts == sorted(ts) and all(t % (PS // 2) == 0 for t in ts)
+
+
+def test_q1a_rows_in_ts_stop_order():
+    """q1a is written in event-time (ts_stop) order, closing rows included (their ts_stop is
+    the segment end, up to 1 s before the decision), with random batch cuts; the rows are the
+    same as when sorted afterwards."""
+    rows = (phases((2, kmh(5)), (0.5, kmh(12)), (1.5, kmh(20)), (1.2, kmh(1)), (2, kmh(30)))
+            + phases((1.2, kmh(15)), (0.7, kmh(3)), (3, kmh(25)), sids=(13, 14), t0=7 * MS))
+    cfg = Q1Config(origin=0, emit_period_ps=20 * MS)
+    for batches in (game(rows).to_batches(),
+                    cut(game(rows), np.random.default_rng(5), max_cuts=30)):
+        out = run(lambda: RunningOperator(cfg, emit="q1a"), batches).to_pylist()
+        stops = [r["ts_stop"] for r in out]
+        assert stops == sorted(stops)
+        closing = [r for r in out if r["ts_stop"] % (20 * MS)]
+        assert len(closing) >= 2  # segment ends off the emission grid: closing rows
+    both = run(lambda: RunningOperator(cfg, emit="both"), game(rows).to_batches()).to_pylist()
+    q1a_ts = [r["ts"] for r in both if r["kind"] == "q1a"]
+    assert q1a_ts == sorted(q1a_ts)
 
 
 def test_increments_count_only_observed_time_across_a_break():
