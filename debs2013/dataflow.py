@@ -116,6 +116,11 @@ class DebsOptions:
             time, the break cut out (spec §10.11): a 5-minute window just after the second
             kick-off also holds the end of the first half, nothing is emitted during the break,
             and output ``ts`` values are still event times (:class:`PlayClock`).
+        play_break_from: with ``window_time="play"``, where the cut-out break starts (ps);
+            None: the official end of the 1st half. A short generated game whose 1st half
+            ends early (``epic debs generate --minutes``) passes the end of its 1st-half data
+            (``halves[0].data_end_ts`` of its truth file), so its windows run from one half's
+            data straight into the next (``scripts/demo``).
         q1, q2, q3, q4: the queries' switches (:mod:`debs2013.config`).
     """
 
@@ -135,6 +140,7 @@ class DebsOptions:
     trim_markers: bool = True
     batch_rows: int = 1 << 16
     window_time: str = "event"
+    play_break_from: int | None = None
     q1: Q1Config = field(default_factory=Q1Config)
     q2: Q2Config = field(default_factory=Q2Config)
     q3: Q3Config = field(default_factory=Q3Config)
@@ -149,6 +155,10 @@ class DebsOptions:
                 ("window_time", self.window_time, ("event", "play"))):
             if value not in allowed:
                 raise SpecError(f"debs2013: {name}={value!r}; use one of {', '.join(allowed)}")
+        if self.play_break_from is not None and not (
+                C.FIRST_HALF_START < self.play_break_from <= C.FIRST_HALF_END):
+            raise SpecError(f"debs2013: play_break_from={self.play_break_from} must lie in the "
+                            "1st half (ps, after its kick-off, at most its official end)")
         bad = [q for q in self.queries if q not in QUERIES]
         if bad or not self.queries:
             raise SpecError(f"debs2013: queries={','.join(self.queries)!r}; name some of "
@@ -183,11 +193,13 @@ class PlayClock:
     gap: int = 0
 
     @classmethod
-    def for_periods(cls, *periods: int) -> "PlayClock":
+    def for_periods(cls, *periods: int, first_end: int = C.FIRST_HALF_END) -> "PlayClock":
+        """The clock whose break, from ``first_end`` to the 2nd-half kick-off, is cut out in
+        whole multiples of every period."""
         import math
         step = math.lcm(*periods)
-        brk = C.SECOND_HALF_START - C.FIRST_HALF_END
-        return cls(C.FIRST_HALF_END, C.SECOND_HALF_START, brk // step * step)
+        brk = C.SECOND_HALF_START - first_end
+        return cls(first_end, C.SECOND_HALF_START, brk // step * step)
 
     def to_play(self, ts: np.ndarray) -> np.ndarray:
         return np.where(ts >= self.second_start, ts - self.gap, np.minimum(ts, self.first_end))
@@ -646,7 +658,8 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
     q2cfg = _with_origin(opts.q2, origin)
     q3cfg = _with_origin(opts.q3, origin)
     wanted = set(opts.queries)
-    clock = (PlayClock.for_periods(q1cfg.emit_period_ps, q2cfg.team_period_ps, q3cfg.period_ps)
+    clock = (PlayClock.for_periods(q1cfg.emit_period_ps, q2cfg.team_period_ps, q3cfg.period_ps,
+                                   first_end=opts.play_break_from or C.FIRST_HALF_END)
              if opts.window_time == "play" else None)
 
     def play(name: str, stream: epic.Stream) -> epic.Stream:

@@ -47,6 +47,8 @@ q1_interruptions = epic.param("q1_interruptions", "ignore", help="ignore | drop"
 q3_interruptions = epic.param("q3_interruptions", "ignore", help="ignore | drop")
 trim_markers = epic.param("trim_markers", True, help="drop markers outside the input's time span")
 window_time = epic.param("window_time", "event", help="event | play: windows skip half-time")
+play_break_from = epic.param("play_break_from", "",
+                             help="play time: ps where the cut-out break starts; '' = 1st-half end")
 # Q1
 q1_period = epic.param("q1_period", "0.02", help="q1 emission period, s (50 Hz; EPIC: 1)")
 q1_boundary = epic.param("q1_boundary", "le", help="speed on a class limit: le (lower) | lt")
@@ -93,6 +95,7 @@ topology = build_topology(DebsOptions(
     trim_markers=trim_markers,
     batch_rows=batch_rows,
     window_time=window_time,
+    play_break_from=int(play_break_from) if str(play_break_from).strip() else None,
     q1=Q1Config(emit_period_ps=_ps(q1_period), boundary=q1_boundary, short_stretch=q1_short,
                 distance=q1_distance),
     q2=Q2Config(acc_inclusive=not hit_strict, distance_3d=not hit_2d, include_hands=hands,
