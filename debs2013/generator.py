@@ -35,9 +35,10 @@ the spec (checked there against the annotated shots): in the 1st half team A att
 ("goal 1") and its goalkeeper stands near -y; in the 2nd half the sides swap. Goalkeeper positions
 at kick-off therefore reveal the sides, as the spec recommends.
 
-Ground truth (``<game>.truth.json``) is computed from the very samples that are written: a touch is a
-planted *hit* only if, at the ball sample of peak acceleration, ``|a| >= 55 m/s²`` and the latest
-sample of one of the player's shoe sensors is within 1 m (3D). See :func:`generate_game`.
+Ground truth (``<game>.truth.json``) is computed from the very samples that are written: a planted
+touch (passes included) is a *hit* by the spec's rule (§6): at any of its ball samples with ``|a|
+>= 55 m/s²``, the closest player shoe (latest written sample, 3D) is within 1 m; the hitter is that
+shoe's player at the first such sample. See :func:`generate_game`.
 
 Sensor noise (on by default, ``GeneratorConfig.noise``; amplitudes there): position noise,
 ``|v|`` and ``|a|`` noise, timestamp jitter and drop-outs of body and ball sensors, applied to the
@@ -1303,23 +1304,32 @@ def _truth(h: _Half, ball_visible_until: int) -> dict:
         if ts[0] >= ball_visible_until or tc.t > h.t_hi:
             continue
         p = PEOPLE[tc.person]
-        dists = []
-        for sid in p.shoes:
-            sh = _latest_shoe(h, sid, ts)
-            dists.append(np.sqrt(((sh - xyz) ** 2).sum(axis=1)))
-        dist = np.minimum(dists[0], dists[1])
-        qual = (am >= HIT_ACC_RAW) & (dist <= HIT_DIST_MM)
         peak = int(np.argmax(am))
-        sensor = p.shoes[int(np.argmin([d[peak] for d in dists]))]
-        rec = dict(ts=int(ts[peak]), player=p.name, team=p.team, sensor=sensor, kind=tc.kind,
-                   acc=int(am[peak]), dist_mm=float(round(dist[peak], 1)))
-        if qual[peak]:
-            q_idx = np.flatnonzero(qual)
-            rec["ts_first"] = int(ts[q_idx[0]]); rec["ts_last"] = int(ts[q_idx[-1]])
-            # who is closest at the peak (the spec's tie rule); other players' shoes
-            closest = min(((float(np.sqrt(((_latest_shoe(h, s2, ts[peak:peak + 1])[0] - xyz[peak]) ** 2).sum())), i)
-                           for i, s2 in player_shoes), key=lambda c: c[0])
-            rec["closest_is_player"] = PEOPLE[closest[1]].name == p.name
+        # the spec's rule (§6): a ball sample with |a| >= 55 m/s² is a hit of the player whose
+        # shoe is closest, if that shoe is within 1 m (3D, each shoe's latest written sample),
+        # at any qualifying sample, not only at the peak
+        strong = np.flatnonzero(am >= HIT_ACC_RAW)
+        near = np.full(len(ts), np.inf)
+        who = np.full(len(ts), -1)
+        wsid = np.full(len(ts), -1)
+        if len(strong):
+            for i, s2 in player_shoes:
+                d = np.sqrt(((_latest_shoe(h, s2, ts[strong]) - xyz[strong]) ** 2).sum(axis=1))
+                better = d < near[strong]
+                near[strong[better]] = d[better]
+                who[strong[better]] = i
+                wsid[strong[better]] = s2
+        qual = near <= HIT_DIST_MM
+        rec = dict(ts=int(ts[peak]), player=p.name, team=p.team, sensor=p.shoes[0], kind=tc.kind,
+                   acc=int(am[peak]), dist_mm=float(round(min(near[peak], 1e9), 1)))
+        if qual.any():
+            first = int(np.flatnonzero(qual)[0])
+            hitter = PEOPLE[int(who[first])]
+            mine = np.flatnonzero(qual & (who == who[first]))
+            rec.update(player=hitter.name, team=hitter.team, sensor=int(wsid[first]),
+                       planned_player=p.name, closest_is_player=hitter.name == p.name,
+                       ts_first=int(ts[mine[0]]), ts_last=int(ts[mine[-1]]),
+                       dist_mm=float(round(near[first], 1)))
             hits.append(rec)
             touch_hit[idx] = rec
         else:
@@ -1475,9 +1485,12 @@ def generate_game(out_path: str | Path, minutes: float | None = None, seed: int 
         writer.close()
     truth = dict(
         format="epic-debs2013-truth/1",
-        notes=("ts values are integer picoseconds; hits are ball samples of peak |a| with |a| >= 55 "
-               "m/s^2 and a shoe of the player within 1 m (3D, latest shoe sample); annotation "
-               "times map to ts by spec 4.3 option A"),
+        notes=("ts values are integer picoseconds; a planted touch (pass, shot, dribble, ... : "
+               "'kind') is a hit when at any of its ball samples with |a| >= 55 m/s^2 the closest "
+               "player shoe (latest written sample, 3D) is within 1 m: 'player' is that shoe's "
+               "player at the first such sample (spec 6), 'planned_player' the planned toucher, "
+               "'ts' the sample of peak |a|, 'ts_first'/'ts_last' the qualifying samples of the "
+               "hitter; annotation times map to ts by spec 4.3 option A"),
         config={**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}},
         rows=rows, rows_per_sensor={str(k): v for k, v in sorted(per_sensor.items())},
         halves=halves, generator_seconds=round(time.perf_counter() - started, 3),
