@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from debs2013 import constants as C
@@ -94,6 +95,10 @@ class Q2Config:
             ``"last_event"``: from P's last qualifying event (a contact is a chain of events less
             than epsilon apart).
         field_inclusive: bounds of the FAQ rectangle are inside the field (default) or not.
+        ball_timeout_ps: the ball in play's data has stopped when it has no row for longer than
+            this (0.1 s; the ball reports every 0.5 ms): no ball is in play from its last row
+            on, so possession ends there (spec §1.4: no ball data for the last ~159 s of the
+            first half; a short game's half simply ends).
         possession_time: ``"first_to_last"``: a player's time runs from his first touch to his
             last touch of an unbroken run (default; matches the annotations); ``"until_end"``: to
             the end of the possession (next player's hit, ball out, stop).
@@ -118,6 +123,7 @@ class Q2Config:
     epsilon_ps: int = 200_000_000_000
     epsilon_from: str = "hit"
     field_inclusive: bool = True
+    ball_timeout_ps: int = 100_000_000_000
     possession_time: str = "first_to_last"
     hits_count: str = "contact"
     team_time: str = "until_end"
@@ -132,7 +138,7 @@ class Q2Config:
                 ("first_to_last", "until_end"))
         _choice("Q2Config", "hits_count", self.hits_count, ("contact", "possession"))
         _choice("Q2Config", "team_time", self.team_time, ("until_end", "player"))
-        for name in ("hit_acc_raw", "hit_dist_mm", "team_period_ps"):
+        for name in ("hit_acc_raw", "hit_dist_mm", "team_period_ps", "ball_timeout_ps"):
             _positive("Q2Config", name, getattr(self, name))
         if self.epsilon_ps < 0:
             raise SpecError("Q2Config: epsilon_ps must be >= 0")
@@ -145,11 +151,13 @@ class Q3Config:
     """Query 3, heat map (spec §7).
 
     Attributes:
-        base_grid: the finest grid kept in state, ``(cells along x, cells along y)``. The
-            default ``(64, 1300)`` derives all four grids exactly (1300 is a multiple of 100, 50,
-            25 and 13), which spec §7 needs: each sample's time belongs to the cell it lies in.
-            ``(64, 100)`` keeps 13x less state but can only split a fine cell's time over the
-            8x13 cells in proportion to their overlap, which is not exact for 8x13.
+        base_grid: the grid kept in state, ``(cells along x, ny1[, ny2 ...])``: along y the
+            union of the edges of ``ny1``, ``ny2``, ... equal parts (pairwise coprime counts).
+            The default ``(64, 100, 13)`` has 64 x 112 cells and derives all four grids exactly
+            (every edge of 8x13, 16x25, 32x50 and 64x100 is a base edge), which spec §7 needs:
+            each sample's time belongs to the cell it lies in. ``(64, 1300)`` is exact too, with
+            13x the state; ``(64, 100)`` can only split a base cell's time over the 8x13 cells
+            in proportion to their overlap (up to 0.8 percentage points off).
         period_ps: one heat map per player per period (1 s) and the windows' ``ef``.
         max_gap_ps: a position sample stands for at most this long (see :class:`Q1Config`).
         denominator: ``"field"``: percent of the player's time inside the field in the window
@@ -162,7 +170,7 @@ class Q3Config:
         origin: the heat-map grid origin (kick-off by default).
     """
 
-    base_grid: tuple[int, int] = (64, 1300)
+    base_grid: tuple[int, ...] = (64, 100, 13)
     period_ps: int = C.Q3_EMIT_PERIOD_PS
     max_gap_ps: int = C.PS_PER_S
     denominator: str = "field"
@@ -175,8 +183,15 @@ class Q3Config:
         _choice("Q3Config", "corners", self.corners, ("mm", "exact"))
         for name in ("period_ps", "max_gap_ps"):
             _positive("Q3Config", name, getattr(self, name))
-        if len(self.base_grid) != 2 or min(self.base_grid) <= 0:
-            raise SpecError("Q3Config: base_grid must be (nx, ny) with positive counts")
+        if len(self.base_grid) < 2 or min(self.base_grid) <= 0:
+            raise SpecError("Q3Config: base_grid must be (nx, ny[, ny2 ...]) with positive "
+                            "counts, e.g. (64, 100, 13)")
+        ys = self.base_grid[1:]
+        for a in range(len(ys)):
+            for b in range(a + 1, len(ys)):
+                if math.gcd(ys[a], ys[b]) != 1:
+                    raise SpecError(f"Q3Config: base_grid y counts {ys[a]} and {ys[b]} share "
+                                    "interior edges; use pairwise coprime counts, e.g. 100, 13")
 
 
 @dataclass(frozen=True)
@@ -190,6 +205,11 @@ class Q4Config:
             this long and the shot starts at the first event that passes (default 0.2 s). A kick's
             acceleration spike starts before the ball has its new velocity, and a curve ball may
             only line up with the goal a little later; 0 tests the hit event alone.
+        settle_acc_raw: a shot starts only at a ball row with ``|a|`` below this (µm/s²):
+            the touch's acceleration spike has settled, so the projected velocity is the one
+            the ball leaves with (default: the hit threshold, 55 m/s²). Rows inside a spike
+            carry a blend of the old and new velocity and would report 2-10 ms "blip shots"
+            at touches of a goalward ball. ``None``: test every row (the old behaviour).
         deflection_ends: a hit by another player ends a live shot (and may start a new one);
             default False: the report continues under the original shooter (F).
         goal_pos_y, goal_neg_y: the goal areas (goal 1 at +y, goal 2 at -y).
@@ -198,6 +218,7 @@ class Q4Config:
     horizon_ps: int = int(C.SHOT_HORIZON_S * C.PS_PER_S)
     gravity: bool = False
     pending_ps: int = 200_000_000_000
+    settle_acc_raw: int | None = C.HIT_ACC_RAW
     deflection_ends: bool = False
     goal_pos_y: tuple[float, float, float, float] = (
         C.GOAL_POS_Y["x_lo"], C.GOAL_POS_Y["x_hi"], C.GOAL_POS_Y["y"], C.GOAL_POS_Y["z_max"])
@@ -208,3 +229,5 @@ class Q4Config:
         _positive("Q4Config", "horizon_ps", self.horizon_ps)
         if self.pending_ps < 0:
             raise SpecError("Q4Config: pending_ps must be >= 0")
+        if self.settle_acc_raw is not None:
+            _positive("Q4Config", "settle_acc_raw", self.settle_acc_raw)

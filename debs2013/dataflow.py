@@ -43,7 +43,8 @@ from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
 from debs2013.q1 import Q1A_SCHEMA, Q1B_SCHEMA, RunningOperator, RunningStats, q1b_rows
 from debs2013.q2 import (PLAYER_POSSESSION_SCHEMA, TEAM_POSSESSION_SCHEMA, BallHitter,
                          PossessionOperator, TeamShare, team_rows)
-from debs2013.q3 import HeatMap, HeatMapOperator, corner_values, grid_weights, q3_schema
+from debs2013.q3 import (HeatMap, HeatMapOperator, base_shape, corner_values, grid_weights,
+                         q3_schema)
 from debs2013.q4 import Q4_SCHEMA, ShotOperator
 from debs2013.readers import (SENSOR_SCHEMA, interruption_markers, read_game_interruptions,
                               read_metadata, shared_dir)
@@ -115,6 +116,11 @@ class DebsOptions:
             time, the break cut out (spec §10.11): a 5-minute window just after the second
             kick-off also holds the end of the first half, nothing is emitted during the break,
             and output ``ts`` values are still event times (:class:`PlayClock`).
+        play_break_from: with ``window_time="play"``, where the cut-out break starts (ps);
+            None: the official end of the 1st half. A short generated game whose 1st half
+            ends early (``epic debs generate --minutes``) passes the end of its 1st-half data
+            (``halves[0].data_end_ts`` of its truth file), so its windows run from one half's
+            data straight into the next (``scripts/demo``).
         q1, q2, q3, q4: the queries' switches (:mod:`debs2013.config`).
     """
 
@@ -134,6 +140,7 @@ class DebsOptions:
     trim_markers: bool = True
     batch_rows: int = 1 << 16
     window_time: str = "event"
+    play_break_from: int | None = None
     q1: Q1Config = field(default_factory=Q1Config)
     q2: Q2Config = field(default_factory=Q2Config)
     q3: Q3Config = field(default_factory=Q3Config)
@@ -148,6 +155,10 @@ class DebsOptions:
                 ("window_time", self.window_time, ("event", "play"))):
             if value not in allowed:
                 raise SpecError(f"debs2013: {name}={value!r}; use one of {', '.join(allowed)}")
+        if self.play_break_from is not None and not (
+                C.FIRST_HALF_START < self.play_break_from <= C.FIRST_HALF_END):
+            raise SpecError(f"debs2013: play_break_from={self.play_break_from} must lie in the "
+                            "1st half (ps, after its kick-off, at most its official end)")
         bad = [q for q in self.queries if q not in QUERIES]
         if bad or not self.queries:
             raise SpecError(f"debs2013: queries={','.join(self.queries)!r}; name some of "
@@ -182,11 +193,13 @@ class PlayClock:
     gap: int = 0
 
     @classmethod
-    def for_periods(cls, *periods: int) -> "PlayClock":
+    def for_periods(cls, *periods: int, first_end: int = C.FIRST_HALF_END) -> "PlayClock":
+        """The clock whose break, from ``first_end`` to the 2nd-half kick-off, is cut out in
+        whole multiples of every period."""
         import math
         step = math.lcm(*periods)
-        brk = C.SECOND_HALF_START - C.FIRST_HALF_END
-        return cls(C.FIRST_HALF_END, C.SECOND_HALF_START, brk // step * step)
+        brk = C.SECOND_HALF_START - first_end
+        return cls(first_end, C.SECOND_HALF_START, brk // step * step)
 
     def to_play(self, ts: np.ndarray) -> np.ndarray:
         return np.where(ts >= self.second_start, ts - self.gap, np.minimum(ts, self.first_end))
@@ -433,13 +446,15 @@ def grid_name(grid: tuple[int, int]) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _axis_map(base: int, target: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per base index along one axis: the (up to 2) target indices it overlaps and the shares,
-    as ``(targets[base, 2], shares[base, 2])`` (share 0 where there is no second target)."""
+def _axis_map(base, target: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per base index along one axis (``base``: a count or a tuple of counts whose edges are
+    united, :func:`debs2013.q3.axis_edges`): the (up to 2) target indices it overlaps and the
+    shares, as ``(targets[n, 2], shares[n, 2])`` (share 0 where there is no second target)."""
     w = grid_weights(base, target)          # target x base
-    targets = np.zeros((base, 2), np.int64)
-    shares = np.zeros((base, 2), np.float64)
-    for k in range(base):
+    nb = w.shape[1]
+    targets = np.zeros((nb, 2), np.int64)
+    shares = np.zeros((nb, 2), np.float64)
+    for k in range(nb):
         nz = np.nonzero(w[:, k])[0]
         if len(nz) > 2:
             raise SpecError(f"debs2013: base grid {base} cannot be folded onto {target} cells")
@@ -454,10 +469,10 @@ def _fold_maps(base: tuple[int, int], grid: tuple[int, int]) -> list:
     id and the share of the fine cell in it, ``[(cmap, wmap, whole)]`` in a fixed order (the
     summation order, so results are the same to the last bit); ``whole`` when every share of
     that entry is 1 and no other entry exists (the grids divide each other)."""
-    bx, by = base
+    bx, by = base_shape(base)
     nx, ny = grid
-    tx, sx = _axis_map(bx, nx)
-    ty, sy = _axis_map(by, ny)
+    tx, sx = _axis_map(base[0], nx)
+    ty, sy = _axis_map(tuple(base[1:]), ny)
     cell = np.arange(bx * by, dtype=np.int64)
     fi, fj = cell % bx, cell // bx
     maps = []
@@ -474,9 +489,8 @@ def _fold_maps(base: tuple[int, int], grid: tuple[int, int]) -> list:
 def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
     """Fold sparse base-grid times ``(row, cell, time)`` onto ``grid``: ``(row, cell, time)`` of
     the non-zero coarse cells, sorted by row then cell id (``j * nx + i``)."""
-    bx, by = base
     nx, ny = grid
-    if grid == base:
+    if tuple(grid) == tuple(base):
         return row, cell, time.astype(np.float64, copy=False)
     keys, vals = [], []
     for cmap, wmap, whole in _fold_maps(base, grid):
@@ -535,8 +549,9 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
     """Heat-map window output (key ``player_id``, ``window_start`` / ``window_end``, struct
     column ``heat`` of :class:`~debs2013.q3.HeatMap`) as q3 rows of all four grids.
 
-    The same numbers as :func:`debs2013.q3.q3_rows` (coarse time = the base cells' time split
-    by overlap; percent of the player's time in the field, or of the window length), vectorised
+    The same numbers as :func:`debs2013.q3.q3_rows` (coarse time = the sum of the base cells'
+    time, exact with the default base grid; split by overlap with a base grid that does not
+    refine the output grid; percent of the player's time in the field, or of the window length), vectorised
     over the whole batch instead of one window row at a time. Rows come per window row (in
     batch order, i.e. by ``ts`` then player), then grid (8x13, 16x25, 32x50, 64x100), then
     cell id; with ``dense`` every cell of every grid, else the non-zero ones.
@@ -643,7 +658,8 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
     q2cfg = _with_origin(opts.q2, origin)
     q3cfg = _with_origin(opts.q3, origin)
     wanted = set(opts.queries)
-    clock = (PlayClock.for_periods(q1cfg.emit_period_ps, q2cfg.team_period_ps, q3cfg.period_ps)
+    clock = (PlayClock.for_periods(q1cfg.emit_period_ps, q2cfg.team_period_ps, q3cfg.period_ps,
+                                   first_end=opts.play_break_from or C.FIRST_HALF_END)
              if opts.window_time == "play" else None)
 
     def play(name: str, stream: epic.Stream) -> epic.Stream:

@@ -35,12 +35,15 @@ the spec (checked there against the annotated shots): in the 1st half team A att
 ("goal 1") and its goalkeeper stands near -y; in the 2nd half the sides swap. Goalkeeper positions
 at kick-off therefore reveal the sides, as the spec recommends.
 
-Ground truth (``<game>.truth.json``) is computed from the very samples that are written: a touch is a
-planted *hit* only if, at the ball sample of peak acceleration, ``|a| >= 55 m/s²`` and the latest
-sample of one of the player's shoe sensors is within 1 m (3D). See :func:`generate_game`.
+Ground truth (``<game>.truth.json``) is computed from the very samples that are written: a planted
+touch (passes included) is a *hit* by the spec's rule (§6): at any of its ball samples with ``|a|
+>= 55 m/s²``, the closest player shoe (latest written sample, 3D) is within 1 m; the hitter is that
+shoe's player at the first such sample. See :func:`generate_game`.
 
-Simplified on purpose: no sensor noise or drop-outs on body sensors (noise would break the exact
-finite-difference consistency); shoe offsets are fixed in the world frame (no gait, no heading);
+Sensor noise (on by default, ``GeneratorConfig.noise``; amplitudes there): position noise,
+``|v|`` and ``|a|`` noise, timestamp jitter and drop-outs of body and ball sensors, applied to the
+smoothed samples as written (so ``|v|`` no longer equals the positions' derivative exactly, as in
+a real tracker). Simplified on purpose: shoe offsets are fixed in the world frame (no gait, no heading);
 spare balls lie still (v = a = 0) and never swap with the game ball; every interruption is a ball
 out of play (or a goal) followed by a restart; shots are ground shots (no gravity in the
 projection matters); goalkeepers save with the feet; the ball is moved back into the field along
@@ -135,6 +138,17 @@ class GeneratorConfig:
         ground_decel: Rolling deceleration of a ground pass on grass (m/s²).
         first_half_team_a_attacks: ``"+y"`` (implementation F's finding) or ``"-y"``; sides swap at
             half-time.
+        noise: sensor noise, timestamp jitter and drop-outs on (default) or off (``False``:
+            the exact smoothed paths, every sample on its grid). With noise, per sample:
+            position + N(0, ``body_pos_sigma_mm``) per axis for body sensors (20 mm),
+            N(0, ``ball_pos_sigma_mm``) for balls (5 mm); ``|v|`` and ``|a|`` times
+            (1 + N(0, ``speed_sigma_rel`` = 2 %)) and (1 + N(0, ``acc_sigma_rel`` = 5 %));
+            ``ts`` + U[0, ``ts_jitter_ps``) (20 µs, below every sensor's period, so each sensor
+            stays in order); drop-outs: blocks of ``body_dropout_samples`` (20 = 100 ms) body
+            samples missing with probability ``body_dropout`` (0.5 %), blocks of
+            ``ball_dropout_samples`` (10 = 5 ms) ball samples with ``ball_dropout`` (0.2 %).
+            The noise is a pure function of (seed, sensor, sample index), so the ground truth
+            is computed from the very samples written.
     """
 
     seed: int = 0
@@ -146,6 +160,16 @@ class GeneratorConfig:
     ball_sigma_s: float = 0.004
     ground_decel: float = 1.2
     first_half_team_a_attacks: str = "+y"
+    noise: bool = True
+    body_pos_sigma_mm: float = 20.0
+    ball_pos_sigma_mm: float = 5.0
+    speed_sigma_rel: float = 0.02
+    acc_sigma_rel: float = 0.05
+    ts_jitter_ps: int = 20_000_000
+    body_dropout: float = 0.005
+    body_dropout_samples: int = 20
+    ball_dropout: float = 0.002
+    ball_dropout_samples: int = 10
 
 
 @dataclass(frozen=True)
@@ -898,6 +922,29 @@ def _player_waypoints(planner: _HalfPlanner, person: int, rng: np.random.Generat
 # Sampling: raw paths -> smoothed positions -> finite differences
 # --------------------------------------------------------------------------------------------------
 
+def _mix(*keys) -> np.ndarray:
+    """splitmix64 of the keys (uint64 arrays / ints), combined: a counter-based hash."""
+    h = np.uint64(0x9E3779B97F4A7C15)
+    out = None
+    with np.errstate(over="ignore"):
+        for k in keys:
+            z = (np.asarray(k).astype(np.uint64) + h) if out is None else (out ^ np.asarray(k).astype(np.uint64)) + h
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            out = z ^ (z >> np.uint64(31))
+    return out
+
+
+def _uniform(*keys) -> np.ndarray:
+    return (_mix(*keys) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _gauss(*keys) -> np.ndarray:
+    u1 = np.maximum(_uniform(*keys, 1), 1e-300)
+    u2 = _uniform(*keys, 2)
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2 * math.pi * u2)
+
+
 def _kernel(sigma: float, dt: float) -> np.ndarray:
     m = int(math.ceil(4 * sigma / dt))
     x = np.arange(-m, m + 1) * dt
@@ -1010,6 +1057,33 @@ class _Half:
         acc = (sm[2:] - 2 * sm[1:-1] + sm[:-2]) / (s.dt * s.dt)
         ts = s.base_ts + np.arange(k0, k1, dtype=np.int64) * s.period
         return ts, pos, vel, acc
+
+    def observed(self, sid: int, k0: int, k1: int):
+        """What the sensor reports for samples k0 <= k < k1: ``(ts, pos, vel, acc, kept)`` with
+        the configured noise, jitter and drop-outs (a pure function of seed, sensor, k)."""
+        ts, pos, vel, acc = self.samples(sid, k0, k1)
+        kept = np.ones(len(ts), bool)
+        cfg = self.cfg
+        if not cfg.noise or k1 <= k0:
+            return ts, pos, vel, acc, kept
+        s = self.sensors[sid]
+        k = np.arange(k0, k1, dtype=np.int64) + (1 << 40)
+        seed, half = cfg.seed + 1, self.half
+        ball = s.person < 0
+        sig = (cfg.ball_pos_sigma_mm if ball else cfg.body_pos_sigma_mm) / 1000.0
+        pos = pos + sig * np.stack([_gauss(seed, half, sid, k, c) for c in (11, 12, 13)], axis=1)
+        vel = vel * (1 + cfg.speed_sigma_rel * _gauss(seed, half, sid, k, 21))[:, None]
+        acc = acc * np.maximum(1 + cfg.acc_sigma_rel * _gauss(seed, half, sid, k, 31), 0)[:, None]
+        L = cfg.ball_dropout_samples if ball else cfg.body_dropout_samples
+        p = cfg.ball_dropout if ball else cfg.body_dropout
+        kept = _uniform(seed, half, sid, k // L, 51) >= p
+        # the real file's first row (sensor 98 at FIRST_ROW_TS) stays exactly as it is
+        first = (ts == FIRST_ROW_TS) if sid == 98 else np.zeros(len(ts), bool)
+        ts = ts + np.where(first, 0, (_uniform(seed, half, sid, k, 41) * cfg.ts_jitter_ps)
+                           .astype(np.int64))
+        ts = np.minimum(ts, self.ts_hi - 1)  # the half's data end stays as planned
+        kept |= first
+        return ts, pos, vel, acc, kept
 
     def shoe_at(self, person: int, side: int, t: float) -> np.ndarray:
         """Smoothed shoe position at an arbitrary time (used to place the ball at touches)."""
@@ -1154,8 +1228,7 @@ def _chunk_rows(h: _Half, c0: int, c1: int) -> dict[str, np.ndarray] | None:
         k1 = min(s.k_end, -(-(c1 - s.base_ts) // s.period))
         if k1 <= k0:
             continue
-        ts, pos, vel, acc = h.samples(sid, k0, k1)
-        keep = np.ones(len(ts), bool)
+        ts, pos, vel, acc, keep = h.observed(sid, k0, k1)
         if s.person < 0:
             if h.half == 1:
                 keep &= ts < BALL_MISSING_FROM
@@ -1182,12 +1255,15 @@ def _chunk_rows(h: _Half, c0: int, c1: int) -> dict[str, np.ndarray] | None:
 # --------------------------------------------------------------------------------------------------
 
 def _latest_shoe(h: _Half, sid: int, ts: np.ndarray) -> np.ndarray:
-    """Integer (mm) position of the latest sample of shoe `sid` at or before each ts."""
+    """Integer (mm) position of the latest written sample of shoe `sid` at or before each ts
+    (noise, jitter and drop-outs included: what a reader of the file sees)."""
     s = h.sensors[sid]
     k = np.maximum((ts - s.base_ts) // s.period, 0)
-    k0, k1 = int(k.min()), int(k.max()) + 1
-    _, pos, _, _ = h.samples(sid, k0, k1)
-    return np.rint(pos[k - k0] * 1000.0).astype(np.int64)
+    k0, k1 = max(int(k.min()) - 200, 0), int(k.max()) + 2
+    sts, pos, _, _, kept = h.observed(sid, k0, k1)
+    sts, pos = sts[kept], pos[kept]
+    j = np.maximum(np.searchsorted(sts, ts, side="right") - 1, 0)
+    return np.rint(pos[j] * 1000.0).astype(np.int64)
 
 
 def _ball_window(h: _Half, t: float, before: float = 0.015, after: float = 0.015):
@@ -1197,9 +1273,11 @@ def _ball_window(h: _Half, t: float, before: float = 0.015, after: float = 0.015
     k1 = min(kc + int(after / s.dt) + 1, s.k_end)
     if k1 <= k0:
         return None
-    ts, pos, vel, acc = h.samples(s.sid, k0, k1)
-    xyz, (vm, vd), (am, ad) = _encode(pos, vel, acc)
-    return ts, xyz, vm, vd, am, ad
+    ts, pos, vel, acc, kept = h.observed(s.sid, k0, k1)
+    if not kept.any():
+        return None
+    xyz, (vm, vd), (am, ad) = _encode(pos[kept], vel[kept], acc[kept])
+    return ts[kept], xyz, vm, vd, am, ad
 
 
 def _projects(xyz, vm, vd, sign: int) -> np.ndarray:
@@ -1226,23 +1304,32 @@ def _truth(h: _Half, ball_visible_until: int) -> dict:
         if ts[0] >= ball_visible_until or tc.t > h.t_hi:
             continue
         p = PEOPLE[tc.person]
-        dists = []
-        for sid in p.shoes:
-            sh = _latest_shoe(h, sid, ts)
-            dists.append(np.sqrt(((sh - xyz) ** 2).sum(axis=1)))
-        dist = np.minimum(dists[0], dists[1])
-        qual = (am >= HIT_ACC_RAW) & (dist <= HIT_DIST_MM)
         peak = int(np.argmax(am))
-        sensor = p.shoes[int(np.argmin([d[peak] for d in dists]))]
-        rec = dict(ts=int(ts[peak]), player=p.name, team=p.team, sensor=sensor, kind=tc.kind,
-                   acc=int(am[peak]), dist_mm=float(round(dist[peak], 1)))
-        if qual[peak]:
-            q_idx = np.flatnonzero(qual)
-            rec["ts_first"] = int(ts[q_idx[0]]); rec["ts_last"] = int(ts[q_idx[-1]])
-            # who is closest at the peak (the spec's tie rule); other players' shoes
-            closest = min(((float(np.sqrt(((_latest_shoe(h, s2, ts[peak:peak + 1])[0] - xyz[peak]) ** 2).sum())), i)
-                           for i, s2 in player_shoes), key=lambda c: c[0])
-            rec["closest_is_player"] = PEOPLE[closest[1]].name == p.name
+        # the spec's rule (§6): a ball sample with |a| >= 55 m/s² is a hit of the player whose
+        # shoe is closest, if that shoe is within 1 m (3D, each shoe's latest written sample),
+        # at any qualifying sample, not only at the peak
+        strong = np.flatnonzero(am >= HIT_ACC_RAW)
+        near = np.full(len(ts), np.inf)
+        who = np.full(len(ts), -1)
+        wsid = np.full(len(ts), -1)
+        if len(strong):
+            for i, s2 in player_shoes:
+                d = np.sqrt(((_latest_shoe(h, s2, ts[strong]) - xyz[strong]) ** 2).sum(axis=1))
+                better = d < near[strong]
+                near[strong[better]] = d[better]
+                who[strong[better]] = i
+                wsid[strong[better]] = s2
+        qual = near <= HIT_DIST_MM
+        rec = dict(ts=int(ts[peak]), player=p.name, team=p.team, sensor=p.shoes[0], kind=tc.kind,
+                   acc=int(am[peak]), dist_mm=float(round(min(near[peak], 1e9), 1)))
+        if qual.any():
+            first = int(np.flatnonzero(qual)[0])
+            hitter = PEOPLE[int(who[first])]
+            mine = np.flatnonzero(qual & (who == who[first]))
+            rec.update(player=hitter.name, team=hitter.team, sensor=int(wsid[first]),
+                       planned_player=p.name, closest_is_player=hitter.name == p.name,
+                       ts_first=int(ts[mine[0]]), ts_last=int(ts[mine[-1]]),
+                       dist_mm=float(round(near[first], 1)))
             hits.append(rec)
             touch_hit[idx] = rec
         else:
@@ -1371,10 +1458,19 @@ def generate_game(out_path: str | Path, minutes: float | None = None, seed: int 
         for half, lo, hi in _half_ranges(cfg):
             h = _Half(cfg, half, lo, hi)
             c0 = lo
+            carry = None  # jittered rows at or after the chunk's end go with the next chunk
             while c0 < hi:
                 c1 = min(c0 + chunk_ps, hi)
                 block = _chunk_rows(h, c0, c1)
-                if block is not None:
+                if carry is not None:
+                    block = carry if block is None else np.concatenate([carry, block])
+                    block = block[np.argsort(block[:, 1], kind="stable")]
+                    carry = None
+                if block is not None and c1 < hi:
+                    later = block[:, 1] >= c1
+                    if later.any():
+                        carry, block = block[later], block[~later]
+                if block is not None and len(block):
                     writer.write_table(pa.Table.from_arrays(
                         [pa.array(block[:, j]) for j in range(13)], schema=_SCHEMA))
                     rows += len(block)
@@ -1389,9 +1485,12 @@ def generate_game(out_path: str | Path, minutes: float | None = None, seed: int 
         writer.close()
     truth = dict(
         format="epic-debs2013-truth/1",
-        notes=("ts values are integer picoseconds; hits are ball samples of peak |a| with |a| >= 55 "
-               "m/s^2 and a shoe of the player within 1 m (3D, latest shoe sample); annotation "
-               "times map to ts by spec 4.3 option A"),
+        notes=("ts values are integer picoseconds; a planted touch (pass, shot, dribble, ... : "
+               "'kind') is a hit when at any of its ball samples with |a| >= 55 m/s^2 the closest "
+               "player shoe (latest written sample, 3D) is within 1 m: 'player' is that shoe's "
+               "player at the first such sample (spec 6), 'planned_player' the planned toucher, "
+               "'ts' the sample of peak |a|, 'ts_first'/'ts_last' the qualifying samples of the "
+               "hitter; annotation times map to ts by spec 4.3 option A"),
         config={**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}},
         rows=rows, rows_per_sensor={str(k): v for k, v in sorted(per_sensor.items())},
         halves=halves, generator_seconds=round(time.perf_counter() - started, 3),

@@ -18,9 +18,14 @@ during interruptions, spec §4.4).
 * Its intensity class: standing ≤ 1 km/h < trot ≤ 11 < low ≤ 14 < medium ≤ 17 < high ≤ 24 < sprint
   (``boundary="le"``; ``"lt"`` puts a limit value in the upper class).
 * Distance: the integral of that speed over time (``distance="speed"``), or the sum of 2D
-  displacements of the mean shoe position (``"displacement"``). A sample stands for at most
-  ``max_gap_ps``; beyond that the player is unobserved (no time, no distance, no q1a rows), which
-  keeps half-time out of every sum.
+  displacements of the mean shoe position (``"displacement"``). Only observed time counts: a
+  sample stands until the player's next sample if that comes within ``max_gap_ps`` (1 s); a
+  longer gap (a drop-out, half-time, the end of the data) is unobserved as a whole: the sample
+  before it stands for nothing (no time, no distance). So the last sample of a half adds nothing
+  past the end of the data. The increments of a slice are released once this is decided (the next
+  sample has come, or ``max_gap_ps`` has passed without one); a q1a row is a live reading and
+  includes the time since the player's latest sample while that is within ``max_gap_ps`` (no row
+  after that).
 * The 1-second rule: a *segment* has one intensity. When the class changes, the new class must
   last ``min_segment_ps`` to open a new segment; the decision is made when it has lasted that
   long. Shorter stretches go to the next intensity that lasts (``short_stretch="next"``: the new
@@ -36,7 +41,14 @@ over the segment in km/h (distance / observed time). When a segment is closed (a
 time) one more row gives its final values, ``ts_stop`` = its end. While a new class has not lasted
 1 s yet, the current segment's row includes the undecided stretch (it is the player's state until
 the rule decides). At the end of the input a last row per player is written at the last event
-time.
+time. Rows are written in ``ts_stop`` order (then closing rows first, then player): a closing
+row's ``ts_stop`` (its segment's end) lies up to 1 s before the decision, so the rows after the
+earliest undecided stretch of any player wait for the decision (up to ~1 s of latency).
+
+At the start of a player's data his first segment opens at his first sample with that sample's
+class: there is nothing before it for a short stretch to join, so the 1-second rule cannot apply
+backwards and this first segment may be shorter than 1 s (documented exception; seen for a few
+players at kick-off). Every later segment lasts at least 1 s.
 
 **Output 2, increments** (:data:`INCREMENT_SCHEMA`): per emission slice ``[ts, ts + period)`` and
 player, the observed time (ps) and distance (nm, integer so that window add/remove is exact) per
@@ -116,14 +128,24 @@ class _Knots:
         self.kj = np.zeros(0, np.float64) if kj is None else kj
         self.ks = np.zeros(0, np.float64) if ks is None else ks
 
-    def eval(self, q: np.ndarray, gap: int):
-        """(T, D, observed) at times ``q`` (state from rows with ts < q)."""
+    def eval(self, q: np.ndarray, gap: int, closed: bool = False):
+        """(T, D, observed) at times ``q`` (state from rows with ts < q).
+
+        A sample holds until the next one if that comes within ``gap``; a longer gap is
+        unobserved (the sample before it holds for nothing). ``closed``: only pieces whose next
+        sample is known count (window increments; the time after the last sample is 0);
+        otherwise the open piece after the last sample counts while it is within ``gap`` (the
+        live reading of q1a)."""
         kt = self.kt
         idx = np.searchsorted(kt, q, side="left") - 1
         valid = idx >= 0
         i = np.maximum(idx, 0)
         since = q - kt[i]
-        dt = np.where(valid, np.minimum(since, gap), 0)
+        if closed:
+            nxt = np.where(i + 1 < len(kt), kt[np.minimum(i + 1, len(kt) - 1)], kt[i] + gap + 1)
+            dt = np.where(valid & (i + 1 < len(kt)) & (nxt - kt[i] <= gap), since, 0)
+        else:
+            dt = np.where(valid & (since <= gap), since, 0)
         T = self.kT[i] + dt
         D = self.kD[i] + np.where(valid, self.kj[i], 0.0) + self.ks[i] * dt
         return T, D, valid & (since <= gap)
@@ -169,6 +191,7 @@ class RunningOperator:
         self._inst_done = _NO    # last q1a emission instant written
         self._inc_done = None    # slices before this grid point have been released
         self._ended = False
+        self._q1a_held: list = []  # q1a rows waiting for earlier closing rows (ts_stop order)
 
     # -- state ------------------------------------------------------------------------------
     @staticmethod
@@ -186,7 +209,8 @@ class RunningOperator:
             players.append(d)
         return serde.packb({"format": "debs2013.q1/1", "players": players,
                             "frontier": self._frontier, "inst_done": self._inst_done,
-                            "inc_done": self._inc_done, "ended": self._ended})
+                            "inc_done": self._inc_done, "ended": self._ended,
+                            "q1a_held": [list(r) for r in self._q1a_held]})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpackb(data)
@@ -203,6 +227,7 @@ class RunningOperator:
         self._inst_done = st["inst_done"]
         self._inc_done = st["inc_done"]
         self._ended = st["ended"]
+        self._q1a_held = [tuple(r) for r in st.get("q1a_held", [])]
 
     # -- protocol ---------------------------------------------------------------------------
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -245,15 +270,20 @@ class RunningOperator:
         for p in self._players:
             p["P"] = _NO
         inc = self._release(end, final=True)
+        out_rows = self._q1a_held + out_rows
+        self._q1a_held = []
         return self._build(out_rows, inc)
 
     @property
     def output_watermark(self) -> int | None:
         """Watermark hold: increments of slices not yet decided by the 1-second rule come later,
         stamped with their slice start, so nothing before ``_inc_done`` is final yet."""
+        held = min((r[4] for r in self._q1a_held), default=None)
         if self.emit == "q1a":
-            return None
-        return self._inc_done
+            return held
+        if held is None or self._inc_done is None:
+            return self._inc_done
+        return min(self._inc_done, held)
 
     # -- core -------------------------------------------------------------------------------
     def _advance(self, pl, slot, ts, v, x, y, frontier) -> list[pa.RecordBatch]:
@@ -299,10 +329,23 @@ class RunningOperator:
                 out_rows.extend(self._instant_rows(i, p, inst, seg))
             if len(inst):
                 self._inst_done = int(inst[-1])
+        # q1a rows go out in ts_stop order: a closing row's ts_stop is its segment's end, the
+        # start of the pending stretch P (up to 1 s before the decision), so rows at or after
+        # the earliest pending P wait for the decisions
+        self._q1a_held.extend(out_rows)
+        pend = [p["P"] for p in self._players if p["P"] != _NO]
+        safe = min(pend) if pend else None
+        out_rows = [r for r in self._q1a_held if safe is None or r[4] < safe]
+        self._q1a_held = [r for r in self._q1a_held if safe is not None and r[4] >= safe]
         release = frontier
         for p in self._players:
             if p["P"] != _NO:
                 release = min(release, p["P"])
+            kt = p["knots"].kt
+            if len(kt) and frontier - int(kt[-1]) <= cfg.max_gap_ps:
+                # the piece after the player's last sample counts only if the next sample
+                # comes within max_gap: undecided until then
+                release = min(release, int(kt[-1]))
         release = int(floor_grid(release, cfg.origin, cfg.emit_period_ps))
         inc = self._release(release, final=False) if self._inc_done is not None else []
         return self._build(out_rows, inc)
@@ -361,11 +404,11 @@ class RunningOperator:
             prev_t = np.concatenate([[kn.kt[-1]], t[:-1]])
             prev_s = np.concatenate([[kn.ks[-1]], slope[:-1]])
             prev_j = np.concatenate([[kn.kj[-1]], jump[:-1]])
-            dts = np.minimum(t - prev_t, gap)
+            dts = np.where(t - prev_t <= gap, t - prev_t, 0)  # a longer gap is unobserved
             T = np.cumsum(np.concatenate([[kn.kT[-1]], dts]))[1:]
             D = np.cumsum(np.concatenate([[kn.kD[-1]], prev_j + prev_s * dts]))[1:]
         else:
-            dts = np.minimum(np.diff(t), gap)
+            dts = np.where(np.diff(t) <= gap, np.diff(t), 0)
             T = np.concatenate([[0], np.cumsum(dts)]).astype(np.int64)
             D = np.cumsum(np.concatenate([[0.0], jump[:-1] + slope[:-1] * dts]))
         kn.kt = np.concatenate([kn.kt, t])
@@ -449,7 +492,7 @@ class RunningOperator:
             bl = [b for b in p["bounds"] if b[0] < upto]
             bt = np.array([b[0] for b in bl], np.int64)
             pts = np.union1d(points_grid, bt)
-            T, D, _ = kn.eval(pts, cfg.max_gap_ps)
+            T, D, _ = kn.eval(pts, cfg.max_gap_ps, closed=True)
             Dr = np.round(D).astype(np.int64)
             dT = np.diff(T)
             dD = np.diff(Dr)
@@ -476,7 +519,7 @@ class RunningOperator:
     def _build(self, q1a_rows: list, inc_rows: list) -> list[pa.RecordBatch]:
         names = self.roster.names
         out = []
-        q1a_rows.sort(key=lambda r: (r[0], r[1], r[2]))
+        q1a_rows.sort(key=lambda r: (r[4], r[1], r[2]))  # ts_stop, closing rows first, player
         if self.emit == "q1a":
             if q1a_rows:
                 out.append(_q1a_batch(q1a_rows, names))
@@ -489,7 +532,7 @@ class RunningOperator:
             return []
         n1, n2 = len(q1a_rows), len(inc_rows)
         kind = ["q1a"] * n1 + ["increment"] * n2
-        ts = [r[0] for r in q1a_rows] + [r[0] for r in inc_rows]
+        ts = [r[4] for r in q1a_rows] + [r[0] for r in inc_rows]
         arrays = [
             pa.array(kind, pa.string()), pa.array(ts, pa.int64()),
             pa.array([r[3] for r in q1a_rows] + [None] * n2, pa.int64()),

@@ -25,6 +25,13 @@ Ball columns (``sid, x, y, z, v, a, vx .. az``) are the raw sensor fields (zeros
 * Ball in play: the ball sensor inside the FAQ rectangle. When it reports a position outside, no
   ball is in play (an ``OUT`` row) until some ball sensor reports a position inside; that ball is
   then in play.
+* Ball data stops: when the ball in play has no row for more than ``ball_timeout_ps`` (0.1 s;
+  it reports every 0.5 ms), no ball is in play from its last row on: an ``OUT`` row stamped with
+  that last row's time and values follows it (e.g. the last ~159 s of the real first half have
+  no ball data, spec §1.4; possession stops there, not at the next interruption). The end of the
+  input stops it too. It is emitted once the gap is known (input or watermark past the last row
+  + ``ball_timeout_ps``); the node holds its output watermark at that last row meanwhile. A
+  marker inside the timeout after the last row is emitted before it (it ends possession itself).
 * Hit: a row of the ball in play, game not stopped, ``|a| >= 55 m/s²``, and at least one player
   shoe sensor (hands with ``include_hands``) within 1 m (3D) at its latest position (the last row
   of that sensor before this one in the stream); the closest sensor's player gets it (ties: the
@@ -124,6 +131,7 @@ class BallHitter(DictStateOperator):
             "seen": np.zeros(len(self._sids), bool),
             "ref": [_NO] * self.roster.n,       # epsilon reference per player
             "half": -1, "gk_sum": [0, 0], "gk_n": [0, 0],
+            "last": _NO, "last_row": [0] * len(_BALL_FIELDS),  # the ball in play's last row
         }
 
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -142,9 +150,11 @@ class BallHitter(DictStateOperator):
         ball_pos = np.nonzero(is_ball)[0]
         inside = in_field(x[ball_pos], y[ball_pos], cfg.field_inclusive)
         inside_pos = ball_pos[inside]
-        outside_of = {}
+        outside_of, rows_of = {}, {}
         owner = np.full(n, -1, np.int64)
         out_rows = []
+        lost = []   # (position key, ts, ball row values): the ball in play's data stopped
+        timeout = cfg.ball_timeout_ps
         cur = st["cur"]
         i = 0
         while True:
@@ -153,17 +163,50 @@ class BallHitter(DictStateOperator):
                 if j >= n:
                     break
                 cur = int(sid[j])
+                st["last"] = _NO
                 i = j
             else:
                 if cur not in outside_of:
                     outside_of[cur] = ball_pos[(sid[ball_pos] == cur) & ~inside]
+                    rows_of[cur] = ball_pos[sid[ball_pos] == cur]
                 j = _next(outside_of[cur], i)
+                # the ball's data stops: a gap of more than `timeout` between its rows
+                r = rows_of[cur]
+                seg = r[np.searchsorted(r, i):np.searchsorted(r, min(j, n))]
+                if len(seg) and st["last"] != _NO:
+                    prev = np.concatenate([[st["last"]], ts[seg[:-1]]])
+                elif len(seg):
+                    prev = np.concatenate([[ts[seg[0]]], ts[seg[:-1]]])
+                else:
+                    prev = np.zeros(0, np.int64)
+                gap = np.nonzero(ts[seg] - prev > timeout)[0]
+                if len(gap):
+                    k = int(gap[0])
+                    at = int(seg[k])
+                    owner[i:at] = cur
+                    if k > 0:
+                        lost.append((2 * int(seg[k - 1]) + 2, int(ts[seg[k - 1]]),
+                                     self._row_values(batch, int(seg[k - 1]))))
+                    else:
+                        lost.append((-1, int(st["last"]), st["last_row"]))
+                    cur = -1
+                    i = at
+                    continue
+                if len(seg):
+                    st["last"] = int(ts[seg[-1]])
+                    st["last_row"] = self._row_values(batch, int(seg[-1]))
                 owner[i:min(j, n)] = cur
                 if j >= n:
                     break
                 out_rows.append(j)
                 cur = -1
                 i = j + 1
+        if cur >= 0 and st["last"] != _NO and int(ts[-1]) - st["last"] > timeout:
+            # no row of the ball in play since: its data stopped at its last row
+            seen = np.nonzero(is_ball & (sid == cur) & (owner == cur))[0]
+            lost.append((2 * int(seen[-1]) + 2 if len(seen) else -1, int(st["last"]),
+                         st["last_row"]))
+            cur = -1
         st["cur"] = cur
         in_play = is_ball & (sid == owner)
         # -- stopped flag -----------------------------------------------------------------------
@@ -196,7 +239,7 @@ class BallHitter(DictStateOperator):
         kind[marker == 1] = STOP
         kind[marker == 2] = RESUME
         rows = np.nonzero(kind >= 0)[0]
-        if not len(rows):
+        if not len(rows) and not lost:
             return []
         names, teams = self.roster.names, self.roster.teams
         pid = [None] * len(rows)
@@ -208,12 +251,60 @@ class BallHitter(DictStateOperator):
             pid[k] = names[p]
             team[k] = teams[p]
             att[k] = attack[r]
-        arrays = [pa.array(ts[rows], pa.int64()), pa.array(kind[rows], pa.int8()),
+        out_ts = ts[rows]
+        out_kind = kind[rows]
+        fields = np.stack([column(batch, f)[rows] for f in _BALL_FIELDS], axis=1) if len(
+            rows) else np.zeros((0, len(_BALL_FIELDS)), np.int64)
+        if lost:
+            # an OUT row at the ball's last row (its values), placed right after that row
+            key = np.concatenate([2 * rows + 1, [k for k, _, _ in lost]])
+            order = np.argsort(key, kind="stable")
+            out_ts = np.concatenate([out_ts, [t for _, t, _ in lost]])[order]
+            out_kind = np.concatenate([out_kind, np.full(len(lost), OUT, np.int8)])[order]
+            fields = np.concatenate([fields, np.array([v for _, _, v in lost], np.int64)])[order]
+            pid = [(pid + [None] * len(lost))[k] for k in order.tolist()]
+            team = [(team + [None] * len(lost))[k] for k in order.tolist()]
+            att = np.concatenate([att, np.zeros(len(lost), np.int8)])[order]
+        return [self._batch(out_ts, out_kind, pid, team, att, fields)]
+
+    @staticmethod
+    def _batch(ts, kind, pid, team, att, fields) -> pa.RecordBatch:
+        arrays = [pa.array(ts, pa.int64()), pa.array(kind, pa.int8()),
                   pa.array(pid, pa.string()), pa.array(team, pa.string()),
                   pa.array(att, pa.int8())]
-        for f in _BALL_FIELDS:
-            arrays.append(pa.array(column(batch, f)[rows], pa.int64()))
-        return [pa.RecordBatch.from_arrays(arrays, schema=BALL_EVENT_SCHEMA)]
+        for k in range(len(_BALL_FIELDS)):
+            arrays.append(pa.array(fields[:, k], pa.int64()))
+        return pa.RecordBatch.from_arrays(arrays, schema=BALL_EVENT_SCHEMA)
+
+    @staticmethod
+    def _row_values(batch, r: int) -> list:
+        return [int(column(batch, f)[r]) for f in _BALL_FIELDS]
+
+    def _lost_now(self, now: int, final: bool) -> list[pa.RecordBatch]:
+        """An OUT row at the ball in play's last row when its data has stopped by ``now``."""
+        st = self._state
+        if st["cur"] < 0 or st["last"] == _NO:
+            return []
+        if not final and now - st["last"] <= self.config.ball_timeout_ps:
+            return []
+        st["cur"] = -1
+        return [self._batch(np.array([st["last"]], np.int64), np.array([OUT], np.int8), [None],
+                            [None], np.zeros(1, np.int8),
+                            np.array([st["last_row"]], np.int64))]
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return self._lost_now(int(watermark), final=False)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        # the end of the input: the ball's data has stopped
+        return self._lost_now(0, final=True)
+
+    @property
+    def output_watermark(self) -> int | None:
+        """Watermark hold: while a ball is in play, an OUT row stamped with its last row may
+        still come (its data stopping is only known ``ball_timeout_ps`` later)."""
+        st = self._state
+        return st["last"] if st["cur"] >= 0 and st["last"] != _NO else None
 
     def _closest(self, cand, sensor_rows, x, y, z):
         """[(row, player)] for candidate rows with a player sensor within range (the closest)."""

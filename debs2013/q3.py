@@ -14,22 +14,27 @@ keep moving during interruptions, spec §4.4).
 
 * A player's position is the mean of the latest positions of his two shoe sensors (one shoe until
   the other has reported), updated on every shoe row: each row is a *position sample*.
-* Time weighting: a sample holds from its ``ts`` to the player's next sample, at most
-  ``max_gap_ps``; that time goes to the cell of the sample. Positions outside the field rectangle
+* Time weighting: a sample holds from its ``ts`` to the player's next sample if that comes
+  within ``max_gap_ps`` (1 s); a longer gap (drop-out, half-time, the end of the data) is
+  unobserved (the sample before it holds for nothing). That time goes to the cell of the sample. Positions outside the field rectangle
   are in no cell (their time is not counted).
-* Cells of the base grid (64 along x, 100 along y): ``i = floor((x − 0)·64 / 52483)``, ``j =
-  floor((y + 33960)·100 / 67925)`` in exact integer arithmetic, a point on the max edge in the last
-  cell; the id is ``j·64 + i``.
+* Cells of the base grid (default ``base_grid=(64, 100, 13)``): along x the 64 equal parts,
+  ``i = floor((x − 0)·64 / 52483)``; along y the union of the edges of 100 and of 13 equal parts
+  (112 cells), ``j = floor((y + 33960)·100 / 67925) + floor((y + 33960)·13 / 67925)`` in exact
+  integer arithmetic, a point on the max edge in the last cell; the id is ``j·64 + i``. Every cell
+  of each of the four output grids is a union of base cells (64 is a multiple of 8, 16 and 32; the
+  y edges of 13, 25, 50 and 100 parts are all base edges), so each sample's time is counted in the
+  cell of every grid that it lies in: exact for all four grids.
 * One map per player per period ``[ts, ts + 1 s)`` on the grid ``origin + m·period``, released
   once the input time has reached the period's end (the state at ``t`` reflects rows with
   ``ts < t``, so the map is then final), sparse: the cells with time and their ps.
 
 **Window output** (:func:`q3_rows`): per window row, the base counts are folded into the
-requested grid (32x50 and 16x25 exactly; 8x13 by splitting each base cell's time over the coarse
-cells in proportion to their overlap, since 100 is not a multiple of 13; a ``(64, 1300)`` base
-grid makes that exact too) and written as ``ts, player_id, cell_x1, cell_y1, cell_x2, cell_y2,
-percent_time_in_cell`` (corners in mm, ``x1 < x2``, ``y1 < y2``), non-zero cells by default,
-every cell with ``dense``. The percentage is ``100·cell time / the player's time in the field
+requested grid (exactly with the default base grid; a base grid whose edges do not include a
+grid's edges, e.g. ``(64, 100)`` for 8x13, splits each base cell's time over the coarse cells in
+proportion to their overlap, an approximation) and written as ``ts, player_id, cell_x1, cell_y1,
+cell_x2, cell_y2, percent_time_in_cell`` (corners in mm, ``x1 < x2``, ``y1 < y2``), non-zero
+cells by default, every cell with ``dense``. The percentage is ``100·cell time / the player's time in the field
 in the window`` (``denominator="field"``) or ``/ the window's length`` (``"window"``).
 """
 
@@ -47,7 +52,7 @@ from epic import serde
 from epic.aggregates import Aggregate
 from epic.errors import StateError
 
-__all__ = ["HEATMAP_SCHEMA", "Q3_SCHEMA", "Q3_SCHEMA_EXACT", "q3_schema", "corner_values",
+__all__ = ["base_shape", "axis_edges", "HEATMAP_SCHEMA", "Q3_SCHEMA", "Q3_SCHEMA_EXACT", "q3_schema", "corner_values",
            "HeatMapOperator", "HeatMap", "q3_rows", "cell_of", "grid_weights"]
 
 HEATMAP_SCHEMA = pa.schema([
@@ -88,27 +93,59 @@ _H = C.FIELD["y_max"] - C.FIELD["y_min"]
 _NO = -(2**62)
 
 
-def cell_of(sum_x, sum_y, count, grid: tuple[int, int]) -> np.ndarray:
+def base_shape(base_grid) -> tuple[int, int]:
+    """``(cells along x, cells along y)`` of a base grid ``(nx, ny1[, ny2 ...])``: the y axis is
+    cut at the edges of every ``ny_k`` equal parts (their union), so it has
+    ``ny1 + ny2 + ... - (k - 1)`` cells (the counts are pairwise coprime: no interior edge is
+    shared). ``(64, 100, 13)`` -> ``(64, 112)``."""
+    nx, *ys = base_grid
+    return int(nx), int(sum(ys) - (len(ys) - 1))
+
+
+def axis_edges(counts) -> list:
+    """The edges (fractions of the axis, 0..1) of the union of ``counts`` equal partitions."""
+    from fractions import Fraction
+    return sorted({Fraction(k, n) for n in counts for k in range(n + 1)})
+
+
+def cell_of(sum_x, sum_y, count, grid) -> np.ndarray:
     """Base-grid cell id of the mean position ``(sum_x / count, sum_y / count)`` (mm), exactly;
-    -1 outside the field."""
-    nx, ny = grid
+    -1 outside the field. ``grid`` is ``(nx, ny1[, ny2 ...])`` (:func:`base_shape`): along y the
+    index of the refined cell is the sum of the indices in each equal partition (the number of
+    interior edges at or below the point), in exact integer arithmetic."""
+    nx, *ys = grid
     sx = np.asarray(sum_x, np.int64) - count * C.FIELD["x_min"]
     sy = np.asarray(sum_y, np.int64) - count * C.FIELD["y_min"]
     inside = (sx >= 0) & (sx <= count * _W) & (sy >= 0) & (sy <= count * _H) & (count > 0)
     c = np.maximum(count, 1)
     i = np.minimum(sx * nx // (c * _W), nx - 1)
-    j = np.minimum(sy * ny // (c * _H), ny - 1)
+    j = np.zeros_like(i)
+    for ny in ys:
+        j = j + np.minimum(sy * ny // (c * _H), ny - 1)
     return np.where(inside, j * nx + i, -1)
 
 
-def grid_weights(base: int, target: int) -> np.ndarray:
-    """``target x base`` matrix: the share of each base cell (along one axis) in each target cell,
-    from exact integer overlaps (0/1 when ``base`` is a multiple of ``target``)."""
-    k = np.arange(base)[None, :]
-    i = np.arange(target)[:, None]
-    lo = np.maximum(k * target, i * base)
-    hi = np.minimum((k + 1) * target, (i + 1) * base)
-    return np.maximum(hi - lo, 0) / target
+def grid_weights(base, target: int) -> np.ndarray:
+    """``target x base cells`` matrix: the share of each base cell (along one axis) in each
+    target cell, from exact overlaps. ``base`` is a cell count or a tuple of counts whose edges
+    are united (:func:`axis_edges`); the shares are 0/1 when every target edge is a base edge."""
+    from fractions import Fraction
+    counts = (base,) if isinstance(base, (int, np.integer)) else tuple(base)
+    if len(counts) == 1:
+        b = int(counts[0])
+        k = np.arange(b)[None, :]
+        i = np.arange(target)[:, None]
+        lo = np.maximum(k * target, i * b)
+        hi = np.minimum((k + 1) * target, (i + 1) * b)
+        return np.maximum(hi - lo, 0) / target
+    e = axis_edges(counts)
+    w = np.zeros((target, len(e) - 1), np.float64)
+    for k in range(len(e) - 1):
+        for i in range(target):
+            lo, hi = max(e[k], Fraction(i, target)), min(e[k + 1], Fraction(i + 1, target))
+            if hi > lo:
+                w[i, k] = float((hi - lo) / (e[k + 1] - e[k]))
+    return w
 
 
 class HeatMapOperator:
@@ -205,7 +242,14 @@ class HeatMapOperator:
         cfg = self.config
         self._frontier = max(self._frontier, frontier)
         period = cfg.period_ps
-        upto = self._frontier if final else int(floor_grid(self._frontier, cfg.origin, period))
+        upto = self._frontier
+        if not final:
+            for p in self._players:
+                # a player's last sample: whether it holds until his next one is not known
+                # until that comes or max_gap has passed
+                if len(p["pt"]) and self._frontier - int(p["pt"][-1]) <= cfg.max_gap_ps:
+                    upto = min(upto, int(p["pt"][-1]))
+            upto = int(floor_grid(upto, cfg.origin, period))
         lo = self._done
         if upto <= lo:
             return []
@@ -214,9 +258,13 @@ class HeatMapOperator:
             pt, pc = p["pt"], p["pc"]
             if not len(pt):
                 continue
-            nxt = np.concatenate([pt[1:], [-_NO]])
+            # a sample holds until the next one if that comes within max_gap; a longer gap (and
+            # the end of the data) is unobserved; the last sample's piece is held back by
+            # `upto` until it is decided, see below
+            nxt = np.concatenate([pt[1:], [pt[-1]]])
+            nxt = np.where(nxt - pt <= cfg.max_gap_ps, nxt, pt)
             a = np.maximum(pt, lo)
-            b = np.minimum(np.minimum(nxt, pt + cfg.max_gap_ps), upto)
+            b = np.minimum(nxt, upto)
             m = (b > a) & (pc >= 0)
             a, b, c = a[m], b[m], pc[m]
             # drop samples that can no longer contribute: keep the last one before `upto`
@@ -238,7 +286,7 @@ class HeatMapOperator:
                 c2 = np.repeat(c, reps)
             else:
                 sec, a2, b2, c2 = sa, a, b, c
-            ncell = cfg.base_grid[0] * cfg.base_grid[1]
+            ncell = int(np.prod(base_shape(cfg.base_grid)))
             key = (sec - sec.min()) * ncell + c2
             uk, inv = np.unique(key, return_inverse=True)
             tot = np.zeros(len(uk), np.int64)
@@ -275,9 +323,10 @@ class HeatMap(Aggregate):
 
     name = "heat_map"
 
-    def __init__(self, base_grid: tuple[int, int] = (64, 1300)):
+    def __init__(self, base_grid: tuple[int, ...] = (64, 100, 13)):
         self.base_grid = tuple(base_grid)
-        self.size = base_grid[0] * base_grid[1]
+        nx, ny = base_shape(self.base_grid)
+        self.size = nx * ny
 
     def init(self):
         return np.zeros(self.size, np.int64)
@@ -330,9 +379,9 @@ def q3_rows(window_batch: pa.RecordBatch, grid: tuple[int, int],
     """Window output (key ``player_id``, ``window_start``/``window_end``, struct column ``heat``
     of :class:`HeatMap`) as q3 rows on ``grid = (cells along x, along y)``."""
     nx, ny = grid
-    bx, by = config.base_grid
-    wx = grid_weights(bx, nx)
-    wy = grid_weights(by, ny)
+    bx, by = base_shape(config.base_grid)
+    wx = grid_weights(config.base_grid[0], nx)
+    wy = grid_weights(tuple(config.base_grid[1:]), ny)
     cw, ch = _W / nx, _H / ny
     sch = window_batch.schema
     ends = window_batch.column(sch.get_field_index("window_end")).to_pylist()

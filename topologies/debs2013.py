@@ -23,10 +23,10 @@ def _ps(seconds: str) -> int:
     return int(Fraction(seconds) * C.PS_PER_S)
 
 
-def _grid(text: str) -> tuple[int, int]:
-    """``"64x100"`` -> ``(64, 100)``."""
+def _grid(text: str) -> tuple[int, ...]:
+    """``"64x100"`` -> ``(64, 100)``; ``"64x100+13"`` -> ``(64, 100, 13)`` (y: both edge sets)."""
     nx, ny = text.lower().split("x")
-    return int(nx), int(ny)
+    return (int(nx),) + tuple(int(v) for v in ny.split("+"))
 
 
 # inputs, outputs, run shape
@@ -47,6 +47,8 @@ q1_interruptions = epic.param("q1_interruptions", "ignore", help="ignore | drop"
 q3_interruptions = epic.param("q3_interruptions", "ignore", help="ignore | drop")
 trim_markers = epic.param("trim_markers", True, help="drop markers outside the input's time span")
 window_time = epic.param("window_time", "event", help="event | play: windows skip half-time")
+play_break_from = epic.param("play_break_from", "",
+                             help="play time: ps where the cut-out break starts; '' = 1st-half end")
 # Q1
 q1_period = epic.param("q1_period", "0.02", help="q1 emission period, s (50 Hz; EPIC: 1)")
 q1_boundary = epic.param("q1_boundary", "le", help="speed on a class limit: le (lower) | lt")
@@ -58,16 +60,22 @@ hands = epic.param("hands", False, help="goalkeeper hand sensors count for hits"
 hit_strict = epic.param("hit_strict", False, help="|a| > 55 m/s^2 instead of >=")
 hit_2d = epic.param("hit_2d", False, help="2D ball-to-shoe distance instead of 3D")
 epsilon = epic.param("epsilon", "0.2", help="hit dropping policy window, s")
+ball_timeout = epic.param("ball_timeout", "0.1",
+                          help="s without a row of the ball in play: its data stopped (ends possession)")
 possession_time = epic.param("possession_time", "first_to_last", help="| until_end")
 hits_count = epic.param("hits_count", "contact", help="contact | possession")
 team_time = epic.param("team_time", "until_end", help="until_end | player")
 gravity = epic.param("gravity", False, help="Q4 projection subtracts gravity")
 deflection_ends = epic.param("deflection_ends", False, help="another player's hit ends a shot")
 shot_pending = epic.param("shot_pending", "0.2", help="Q4 pending window after a hit, s")
+shot_settle = epic.param("shot_settle", True,
+                         help="a shot starts only once the touch's |a| spike is below 55 m/s^2")
 # Q3
 dense = epic.param("dense", False, help="every cell every second (huge) instead of non-zero")
 q3_denominator = epic.param("q3_denominator", "field", help="field | window")
-q3_base_grid = epic.param("q3_base_grid", "64x100", help="64x100 | 64x1300 (exact 8x13)")
+q3_base_grid = epic.param("q3_base_grid", "64x100+13",
+                          help="64x100+13 (exact, every grid) | 64x1300 (exact) | 64x100 (8x13 "
+                               "approximate)")
 q3_corners = epic.param("q3_corners", "mm", help="mm: corners rounded to whole mm | exact")
 
 topology = build_topology(DebsOptions(
@@ -87,12 +95,15 @@ topology = build_topology(DebsOptions(
     trim_markers=trim_markers,
     batch_rows=batch_rows,
     window_time=window_time,
+    play_break_from=int(play_break_from) if str(play_break_from).strip() else None,
     q1=Q1Config(emit_period_ps=_ps(q1_period), boundary=q1_boundary, short_stretch=q1_short,
                 distance=q1_distance),
     q2=Q2Config(acc_inclusive=not hit_strict, distance_3d=not hit_2d, include_hands=hands,
-                epsilon_ps=_ps(epsilon), possession_time=possession_time, hits_count=hits_count,
+                epsilon_ps=_ps(epsilon), ball_timeout_ps=_ps(ball_timeout),
+                possession_time=possession_time, hits_count=hits_count,
                 team_time=team_time, team_period_ps=_ps(q2_period)),
     q3=Q3Config(base_grid=_grid(q3_base_grid), denominator=q3_denominator, dense=dense,
                 corners=q3_corners),
-    q4=Q4Config(gravity=gravity, deflection_ends=deflection_ends, pending_ps=_ps(shot_pending)),
+    q4=Q4Config(gravity=gravity, deflection_ends=deflection_ends, pending_ps=_ps(shot_pending),
+                settle_acc_raw=C.HIT_ACC_RAW if shot_settle else None),
 ))

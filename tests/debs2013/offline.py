@@ -12,7 +12,9 @@ Common rules (spec §2, §5, §7):
   *state* after a shoe row is the latest ``|v|`` and latest ``(x, y)`` of each shoe seen so far;
   speed and position are the means over the shoes that have reported (one shoe until both have).
 * Time weighting (choice: ``max_gap_ps = 1 s``): the state after row ``k`` holds from ``t_k`` to
-  the player's next shoe row, for at most 1 s; longer gaps (half-time) are unobserved time.
+  the player's next shoe row if that comes within 1 s; a longer gap (a drop-out, half-time, the
+  end of the data) is unobserved time as a whole, so row ``k`` then holds for nothing (only
+  observed time counts).
   Rows with equal ``ts`` are taken in file order, so all but the last of them hold for 0 ps.
 * Time convention: a quantity "at ``t``" counts rows with ``ts < t`` only.
 
@@ -112,14 +114,22 @@ class PlayerState:
     D: np.ndarray
     gap: int
 
-    def at(self, q: np.ndarray):
-        """(T, D in µm, observed) at times ``q``: rows with ts < q count."""
+    def at(self, q: np.ndarray, live: bool = False):
+        """(T, D in µm, observed) at times ``q``: rows with ts < q count. The piece of the
+        latest row before ``q`` counts up to ``q`` if it is observed: its next row comes
+        within the gap; with ``live`` (what a live reading can know at ``q``, q1a) if ``q`` is
+        within the gap of it."""
         q = np.asarray(q, np.int64)
         k = np.searchsorted(self.t, q, side="left") - 1
         ok = k >= 0
         kk = np.maximum(k, 0)
         since = q - self.t[kk]
-        dt = np.where(ok, np.minimum(since, self.gap), 0)
+        if live:
+            dt = np.where(ok & (since <= self.gap), since, 0)
+        else:
+            has_next = kk + 1 < len(self.t)
+            nxt = self.t[np.minimum(kk + 1, len(self.t) - 1)]
+            dt = np.where(ok & has_next & (nxt - self.t[kk] <= self.gap), since, 0)
         speed = self.vsum[kk] / self.n[kk]
         return (np.where(ok, self.T[kk], 0) + dt,
                 np.where(ok, self.D[kk] + speed * dt * 1e-12, 0.0),
@@ -142,7 +152,7 @@ def player_state(rows: dict[str, np.ndarray], gap: int = PS) -> PlayerState:
         ysum += np.where(has, y, 0)
     speed = vsum / n
     cls = (speed[:, None] > SPEED_LIMITS[None, :]).sum(axis=1)
-    hold = np.minimum(np.diff(t), gap)
+    hold = np.where(np.diff(t) <= gap, np.diff(t), 0)
     T = np.concatenate([[0], np.cumsum(hold)])
     D = np.concatenate([[0.0], np.cumsum(speed[:-1] * hold * 1e-12)])  # µm/s * ps -> µm
     return PlayerState(t, hold, n, vsum, xsum, ysum, cls, T, D, gap)
@@ -193,7 +203,7 @@ def q1a_rows(st: PlayerState, seg: Segments, instants: np.ndarray):
     Returns a list of ``(ts_stop, ts_start, class, distance_m, speed_kmh, closing)``; a closing
     row's ``ts_stop`` is the segment's end (it is written at the decision, ``seg.decided``)."""
     out = []
-    T, D, obs = st.at(instants)
+    T, D, obs = st.at(instants, live=True)
     j = np.searchsorted(seg.decided, instants, side="right") - 1
     ok = obs & (j >= 0)
     jj = np.maximum(j, 0)
@@ -271,14 +281,15 @@ def heat_windows(st: PlayerState, grid: tuple[int, int], starts, ends, data_end:
     """Per-cell time (ps) of the player in each window ``[starts[k], min(ends[k], data_end))``
     on ``grid``: a dense float array (len(ends), nx*ny); its row sum is the in-field time.
 
-    Each sample's hold ``[t, min(next t, t + gap))`` is split at the window bounds; the pieces
+    Each sample's hold ``[t, next t)`` (empty when the next row is more than the gap away, or
+    there is none) is split at the window bounds; the pieces
     are summed per cell between consecutive bounds and accumulated, so a window is the difference
     of two cumulative rows."""
     nx, ny = grid
     starts = np.asarray(starts, np.int64)
     ends = np.minimum(np.asarray(ends, np.int64), data_end)
     t = st.t
-    hold_end = np.minimum(np.concatenate([t[:-1] + st.hold, [t[-1] + st.gap]]), data_end)
+    hold_end = np.minimum(np.concatenate([t[:-1] + st.hold, [t[-1]]]), data_end)
     c = cells(st, grid)
     keep = (c >= 0) & (hold_end > t)
     lo, hi, c = t[keep], hold_end[keep], c[keep]

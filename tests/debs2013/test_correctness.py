@@ -242,7 +242,7 @@ def heat_maps(short_game):
         op = HeatMapOperator(Q3Config(base_grid=base_grid))
         return _run(op, short_game.table.to_batches(BATCH_ROWS))
     cache = {}
-    return lambda base=(64, 100): cache.setdefault(base, make(base))
+    return lambda base=Q3Config().base_grid: cache.setdefault(base, make(base))
 
 
 def _check_q3(short_game, offline_q1, heat_maps, length_s, grids, base_grid, every=1):
@@ -263,11 +263,11 @@ def _check_q3(short_game, offline_q1, heat_maps, length_s, grids, base_grid, eve
 @pytest.mark.parametrize("length_s, every", [(60, 2), (600, 7), (None, 5)],
                          ids=["1M-every-2s", "10M-every-7s", "landmark-every-5s"])
 def test_q3_equals_offline(short_game, offline_q1, heat_maps, length_s, every):
-    """q3 (default config: 64x100 base grid) for 64x100, 32x50, 16x25, whose cells are unions of
-    base cells: every non-zero cell of every player at the instants of both halves (the
+    """q3 with the default config (base grid 64 x (100 + 13 edges)) for all four grids,
+    8x13 included: every non-zero cell of every player at the instants of both halves (the
     half-time-gap instants only repeat; 10M / landmark every 5-7 s for time; 5M in a 1.5-minute
     half differs from 10M only by name), percentages within 1e-6 relative."""
-    _check_q3(short_game, offline_q1, heat_maps, length_s, GRIDS[1:], (64, 100), every)
+    _check_q3(short_game, offline_q1, heat_maps, length_s, GRIDS, Q3Config().base_grid, every)
 
 
 def test_q3_8x13_exact_with_64x1300_base(short_game, offline_q1, heat_maps):
@@ -276,8 +276,8 @@ def test_q3_8x13_exact_with_64x1300_base(short_game, offline_q1, heat_maps):
 
 
 def test_q3_8x13_default_config_equals_offline(short_game, offline_q1, heat_maps):
-    """The default base grid (64x1300) derives 8x13 exactly (spec §7: time to the cell the
-    sample lies in)."""
+    """The default base grid (64 x 112: the y edges of 100 and of 13 parts) derives 8x13
+    exactly (spec §7: time to the cell the sample lies in)."""
     _check_q3(short_game, offline_q1, heat_maps, 60, [(8, 13)], Q3Config().base_grid, every=4)
 
 

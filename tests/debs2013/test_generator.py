@@ -30,6 +30,45 @@ def game(tmp_path_factory):
     return res, cols, truth
 
 
+@pytest.fixture(scope="module")
+def clean_game(tmp_path_factory):
+    """The same game with ``noise=False``: the exact smoothed paths on the sensors' grids."""
+    out = tmp_path_factory.mktemp("clean") / "game.csv"
+    res = gen.generate_game(out, minutes=1, seed=3, config=gen.GeneratorConfig(noise=False))
+    table = pacsv.read_csv(out, read_options=pacsv.ReadOptions(column_names=COLS),
+                           convert_options=pacsv.ConvertOptions(
+                               column_types={c: pa.int64() for c in COLS}))
+    cols = {c: table.column(c).to_numpy() for c in COLS}
+    truth = json.loads(res.truth_path.read_text())
+    return res, cols, truth
+
+
+def test_noise_amplitudes_jitter_and_dropouts(game, clean_game):
+    """With noise (default) vs without, same seed: body positions differ by N(0, 20 mm) per
+    axis, |v| by ~2 %, timestamps by [0, 20 µs) (each sensor stays in order), about 0.5 % of
+    body samples and 0.2 % of ball samples are missing (in blocks), nothing else changes."""
+    _, cols, _ = game
+    _, clean, _ = clean_game
+    cfg = gen.GeneratorConfig()
+    for sid, sigma, drop in ((16, cfg.body_pos_sigma_mm, cfg.body_dropout),
+                             (13, cfg.body_pos_sigma_mm, cfg.body_dropout),
+                             (4, cfg.ball_pos_sigma_mm, cfg.ball_dropout)):
+        n, c = _sensor(cols, sid), _sensor(clean, sid)
+        assert np.all(np.diff(n["ts"]) > 0)
+        # match noisy rows to their grid sample: the jitter is below the period
+        k = np.searchsorted(c["ts"], n["ts"], side="right") - 1
+        jitter = n["ts"] - c["ts"][k]
+        assert jitter.min() >= 0 and jitter.max() < cfg.ts_jitter_ps
+        assert np.unique(k).size == k.size
+        missing = 1 - len(n["ts"]) / len(c["ts"])
+        assert drop / 4 < missing < drop * 4 or (sid == 4 and missing < drop * 4), (sid, missing)
+        dx = (n["x"] - c["x"][k]).astype(float)
+        assert sigma * 0.85 < dx.std() < sigma * 1.15, (sid, dx.std())
+        moving = c["v"][k] > 1_000_000
+        rel = n["v"][moving] / c["v"][k][moving] - 1
+        assert 0.015 < rel.std() < 0.025
+
+
 def _sensor(cols, sid):
     m = cols["sid"] == sid
     return {c: v[m] for c, v in cols.items()}
@@ -56,9 +95,10 @@ def test_format_is_headerless_13_integer_fields_ordered_by_exact_ts(game):
     assert truth["rows"] == len(cols["ts"]) == res.rows
 
 
-def test_rates_per_sensor_class(game):
-    """Body sensors every 5 ms, the game ball every 0.5 ms, spare balls on the 0.5 ms grid."""
-    _, cols, _ = game
+def test_rates_per_sensor_class(clean_game):
+    """Without noise (no jitter, no drop-outs): body sensors every 5 ms, the game ball every
+    0.5 ms, spare balls on the 0.5 ms grid."""
+    _, cols, _ = clean_game
     for half, balls in ((1, {4, 8, 10}), (2, {4, 8, 10, 12})):
         m = _half_mask(cols, half)
         present = set(np.unique(cols["sid"][m]).tolist())
@@ -88,10 +128,10 @@ def _vectors(s, mag, prefix):
 
 
 @pytest.mark.parametrize("sid", [13, 98, 59, 105, 4, 12])
-def test_velocity_and_acceleration_match_finite_differences_of_positions(game, sid):
-    """Exact discrete identities: sum of 2h*v_j telescopes to positions; the trapezoid sum of a
-    equals the change of v. Only integer rounding separates the two sides."""
-    _, cols, _ = game
+def test_velocity_and_acceleration_match_finite_differences_of_positions(clean_game, sid):
+    """Without noise, exact discrete identities: sum of 2h*v_j telescopes to positions; the
+    trapezoid sum of a equals the change of v. Only integer rounding separates the two sides."""
+    _, cols, _ = clean_game
     for half in (1, 2):
         full = _sensor(cols, sid)
         s = {c: v[_half_mask(full, half)] for c, v in full.items()}

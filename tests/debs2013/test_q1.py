@@ -65,10 +65,13 @@ def test_short_stretch_goes_to_next_lasting_intensity():
     """trot 2 s, low 0.5 s, high 2 s: the low burst joins the high segment (spec default)."""
     out = q1a(phases((2, kmh(5)), (0.5, kmh(12)), (2, kmh(20))))
     assert segments(out) == [(0, "trot"), (2 * PS, "high")]
-    # the closing row is written when high has lasted 1 s (3.5 s), before that instant's row
-    order = [r["ts_stop"] for r in out]
-    closing = [out[order.index(3 * PS + PS // 2) - 1]]
-    assert closing[0]["ts_stop"] == 2 * PS and closing[0]["intensity"] == "trot"
+    # the closing row (decided when high has lasted 1 s, at 3.5 s) is written in ts_stop order:
+    # at the segment's end, 2 s, before the instant rows after it (which waited for it)
+    closing = [r for r in out if r["ts_stop"] == 2 * PS and r["ts_start"] == 0]
+    assert closing and closing[0]["intensity"] == "trot"
+    k = out.index(closing[0])
+    assert all(r["ts_stop"] < 2 * PS for r in out[:k])
+    assert all(r["ts_stop"] >= 2 * PS for r in out[k:])
     assert closing[0]["distance"] == pytest.approx(2 * 5 / 3.6, rel=1e-6)
     assert closing[0]["speed"] == pytest.approx(5.0, rel=1e-6)
 
@@ -130,10 +133,10 @@ def test_unobserved_gap_adds_nothing():
     out = q1a(rows)
     assert not [r for r in out if 2 * PS + PS // 2 < r["ts_stop"] < 12 * PS]
     last = out[-1]
-    # one segment; 4 s of observation less the two 5 ms tails beyond the last sample of a stretch
+    # one segment; only observed time: 4 s of data less the 5 ms after the last sample of
+    # each stretch (the sample before the silence and the last one hold for nothing)
     assert last["ts_start"] == 0
-    assert last["distance"] == pytest.approx((2 + 1 + 2 - 0.005 - 0.005) * 5, rel=1e-6) or \
-        last["distance"] == pytest.approx((4 - 0.005) * 5, rel=1e-6)
+    assert last["distance"] == pytest.approx((4 - 0.005 - 0.005) * 5, rel=1e-6)
 
 
 def test_increments_sum_to_segment_totals_and_respect_the_rule():
@@ -152,6 +155,39 @@ def test_increments_sum_to_segment_totals_and_respect_the_rule():
     assert per["high"][1] == pytest.approx((0.5 * 12 + (2 - 0.005) * 20) / 3.6 * 1e9, rel=1e-6)
     ts = [r["ts"] for r in inc]
     assert ts == sorted(ts) and all(t % (PS // 2) == 0 for t in ts)
+
+
+def test_q1a_rows_in_ts_stop_order():
+    """q1a is written in event-time (ts_stop) order, closing rows included (their ts_stop is
+    the segment end, up to 1 s before the decision), with random batch cuts; the rows are the
+    same as when sorted afterwards."""
+    rows = (phases((2, kmh(5)), (0.5, kmh(12)), (1.5, kmh(20)), (1.2, kmh(1)), (2, kmh(30)))
+            + phases((1.2, kmh(15)), (0.7, kmh(3)), (3, kmh(25)), sids=(13, 14), t0=7 * MS))
+    cfg = Q1Config(origin=0, emit_period_ps=20 * MS)
+    for batches in (game(rows).to_batches(),
+                    cut(game(rows), np.random.default_rng(5), max_cuts=30)):
+        out = run(lambda: RunningOperator(cfg, emit="q1a"), batches).to_pylist()
+        stops = [r["ts_stop"] for r in out]
+        assert stops == sorted(stops)
+        closing = [r for r in out if r["ts_stop"] % (20 * MS)]
+        assert len(closing) >= 2  # segment ends off the emission grid: closing rows
+    both = run(lambda: RunningOperator(cfg, emit="both"), game(rows).to_batches()).to_pylist()
+    q1a_ts = [r["ts"] for r in both if r["kind"] == "q1a"]
+    assert q1a_ts == sorted(q1a_ts)
+
+
+def test_increments_count_only_observed_time_across_a_break():
+    """A half ending at 2 s and the next starting at 12 s (another player's data goes on): the
+    last sample before the break holds for nothing, so the slices after 2 s - 5 ms get no time
+    (before: up to max_gap = 1 s of extra time per player); same with random batch cuts."""
+    rows = (phases((2, kmh(18))) + phases((2, kmh(18)), t0=12 * PS)
+            + phases((14, kmh(5)), sids=(13, 14), t0=MS))
+    cfg = Q1Config(origin=0, emit_period_ps=PS // 2)
+    inc = assert_cut_invariant(lambda: RunningOperator(cfg, emit="increments"), game(rows))
+    dennis = [r for r in inc.to_pylist() if r["player_id"] == "Dennis Dotterweich"]
+    assert sum(r["time"] for r in dennis) == 2 * (2 * PS - SAMPLE)
+    assert not [r for r in dennis if 2 * PS - SAMPLE <= r["ts"] < 12 * PS and r["time"]]
+    assert max(r["ts"] for r in dennis if r["ts"] < 12 * PS) == 3 * PS // 2
 
 
 def test_cut_invariance_and_snapshots():

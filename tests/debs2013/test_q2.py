@@ -173,3 +173,34 @@ def test_cut_invariance_and_snapshots():
     for emit in ("players", "team"):
         assert_cut_invariant(lambda: PossessionOperator(Q2Config(origin=0), emit=emit),
                              _events(SCRIPT))
+
+
+def test_possession_stops_when_the_ball_data_stops():
+    """Ball 4 reports until 2 s, players until 4 s, the game is stopped at 3.5 s: the ball
+    hitter writes an OUT row at the ball's last row (2 s - 0.5 ms), so Dennis's team holds the
+    ball from his hit at 1 s to the ball's last row, not to the stop at 3.5 s (spec §1.4:
+    possession stops with the ball's data). Cut- and snapshot-invariant."""
+    last = 2 * PS - MS // 2
+    rows = (keepers() + body((47, 16), 10000, 0) + ball([(PS, 10 * MS)], t1=2 * PS)
+            + [{"ts": 3 * PS + PS // 2, "marker": "stop"}])
+    g = game(rows)
+    ev = assert_cut_invariant(lambda: BallHitter(Q2Config(origin=0)), g)
+    outs = [r for r in ev.to_pylist() if r["kind"] == OUT]
+    assert [(r["ts"], r["sid"]) for r in outs] == [(last, 4)]
+    assert ev.column("ts").to_pylist() == sorted(ev.column("ts").to_pylist())
+    team = run_table(lambda: PossessionOperator(Q2Config(origin=0, team_period_ps=PS),
+                                                emit="team"), ev).to_pylist()
+    assert sum(r["time_a"] for r in team) == last - PS
+    assert sum(r["time_b"] for r in team) == 0
+    # a gap shorter than the timeout (50 ms of missing ball rows) does not stop it
+    short = [r for r in rows if not (r.get("sid") == 4 and 1.5 * PS <= r["ts"] < 1.55 * PS)]
+    ev2 = run_table(lambda: BallHitter(Q2Config(origin=0)), game(short))
+    assert [r["ts"] for r in ev2.to_pylist() if r["kind"] == OUT] == [last]
+    # the watermark reveals the stop when no later input row does
+    op = BallHitter(Q2Config(origin=0))
+    op.on_batch(game([r for r in rows if r["ts"] <= last]).to_batches()[0])
+    assert op.output_watermark == last
+    assert op.on_watermark(last + Q2Config().ball_timeout_ps) == []
+    got = op.on_watermark(last + Q2Config().ball_timeout_ps + 1)
+    assert got[0].column("kind").to_pylist() == [OUT] and got[0].column("ts").to_pylist() == [last]
+    assert op.output_watermark is None

@@ -38,20 +38,24 @@ def test_time_weighting_to_the_next_sample():
     dennis = [r for r in out if r["player_id"] == "Dennis Dotterweich"]
     assert dennis[0] == {"ts": 0, "player_id": "Dennis Dotterweich", "cells": [0, 1],
                          "times": [700 * MS, 300 * MS]}
-    # second 1: cell 1 until 1.3 s, then cell 2 up to the max gap (1 s after 1.3 s) or data end
-    assert dennis[1]["cells"] == [1, 2]
-    assert dennis[1]["times"] == [300 * MS, 600 * MS]
+    # second 1: cell 1 until 1.3 s; the sample at 1.3 s is Dennis's last: no next sample, so
+    # it holds for nothing (only observed time counts)
+    assert dennis[1]["cells"] == [1]
+    assert dennis[1]["times"] == [300 * MS]
 
 
 def test_max_gap_and_outside_field():
-    """A sample holds at most max_gap; positions outside the field count nowhere."""
-    rows = [{"sid": 47, "ts": 0, "x": 100, "y": 0}, {"sid": 47, "ts": 3 * PS, "x": -5, "y": 0},
-            {"sid": 47, "ts": 3 * PS + 500 * MS, "x": 100, "y": 0},
+    """A gap longer than max_gap is unobserved (the sample before it holds for nothing, as does
+    the last sample); positions outside the field count nowhere."""
+    rows = [{"sid": 47, "ts": 0, "x": 100, "y": 0}, {"sid": 47, "ts": 200 * MS, "x": 100, "y": 0},
+            {"sid": 47, "ts": 3 * PS, "x": -5, "y": 0},
+            {"sid": 47, "ts": 3 * PS + 200 * MS, "x": 100, "y": 0},
+            {"sid": 47, "ts": 3 * PS + 400 * MS, "x": 100, "y": 0},
             {"sid": 13, "ts": 4 * PS, "x": 100, "y": 0}]
     out = run_table(lambda: HeatMapOperator(Q3Config(origin=0, max_gap_ps=PS // 4)),
                     game(rows)).to_pylist()
     dennis = [(r["ts"], sum(r["times"])) for r in out if r["player_id"] == "Dennis Dotterweich"]
-    assert dennis == [(0, PS // 4), (3 * PS, PS // 4)]
+    assert dennis == [(0, 200 * MS), (3 * PS, 200 * MS)]
 
 
 def test_cut_invariance_and_snapshots():

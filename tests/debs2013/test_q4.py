@@ -55,21 +55,47 @@ def test_projection_test():
 
 
 def test_shot_reported_until_the_goal_line():
-    """Rows from the hit while the projection holds; it ends when the ball crosses the line."""
+    """Rows from the first row after the kick's spike (|a| < 55 m/s², 10 ms after the hit)
+    while the projection holds; it ends when the ball crosses the line."""
     out = shots(kick_rows())
     assert out and {r["player_id"] for r in out} == {"Dennis Dotterweich"}
-    assert out[0]["ts"] == PS
+    assert out[0]["ts"] == PS + 10 * MS
     last_y = out[-1]["y"]
     assert last_y < 33941 and last_y > 33941 - 20  # 20 m/s = 10 mm per 0.5 ms row
+    assert len(out) == (33941 - 25000) // 10 + 1 - 20
+
+
+def test_unsettled_start_reports_from_the_hit_row():
+    """With ``settle_acc_raw=None`` the spike's rows are tested too: the shot starts at the hit."""
+    out = shots(kick_rows(), Q4Config(settle_acc_raw=None))
+    assert out[0]["ts"] == PS
     assert len(out) == (33941 - 25000) // 10 + 1
 
 
 def test_pending_state_catches_the_velocity_after_the_spike():
-    """The ball gets its velocity 5 ms after the first spike row: the shot starts there;
-    without a pending state it is missed."""
-    out = shots(kick_rows(delay=5 * MS))
-    assert out[0]["ts"] == PS + 5 * MS
-    assert shots(kick_rows(delay=5 * MS), Q4Config(pending_ps=0)) == []
+    """The ball gets its velocity 15 ms after the first spike row (the spike lasts 10 ms): the
+    shot starts there; without a pending state it is missed."""
+    out = shots(kick_rows(delay=15 * MS))
+    assert out[0]["ts"] == PS + 15 * MS
+    assert shots(kick_rows(delay=15 * MS), Q4Config(pending_ps=0)) == []
+
+
+def test_touch_that_stops_a_goalward_ball_is_no_blip_shot():
+    """A ball rolling at the goal at 20 m/s is stopped by a player's touch: inside the 10 ms
+    spike the velocity still projects into the goal, after it the ball rolls at 0.5 m/s (never
+    reaches the goal within 1.5 s). No shot by default; testing the spike's rows reports a
+    10 ms blip (the behaviour the settled start removes)."""
+    def stopped(r):
+        if r["ts"] < PS:
+            r["v"], r["vy"] = 20_000_000, 10000  # already goalward before the touch
+        elif r["ts"] >= PS + 10 * MS:
+            r["v"] = 500_000
+    rows = kick_rows(extra=stopped)
+    assert shots(rows) == []
+    blip = shots(rows, Q4Config(settle_acc_raw=None))
+    assert len(blip) == 20 and blip[0]["ts"] == PS
+    # a fast pass whose settled path reaches the goal mouth is a shot (spec §8), not filtered
+    assert len(shots(kick_rows(speed=27.0))) > 100
 
 
 def test_own_goal_direction_is_not_a_shot():
