@@ -37,7 +37,7 @@ from .aggregates import AggSpec
 from .errors import SpecError, TopologyError
 from .operator import ENTRY_COLUMN
 from .timeunits import UNITS
-from .windows import PredicateWindow, WindowSpec, window_output_schema
+from .windows.spec import PredicateWindow, WindowSpec, check_window, window_output_schema
 
 __all__ = [
     "Topology",
