@@ -30,7 +30,8 @@ from .sinks import collect_sink, console_sink, csv_sink, parquet_sink, topic_sin
 from .sources import Watermark, csv_source, iterator_source, parquet_source, topic_source
 from .split import (broadcast, combine, hash_partition, pairs_split, round_robin, row_split,
                     vector_split)
-from .topology import Stream, Topology, TopologyWarning, as_schema, param
+from .schemas import as_schema
+from .topology import Stream, Topology, TopologyWarning, param
 from .windows import (few_count, few_time, landmark, landmark_count, predicate_window, sliding,
                       sliding_count, tumbling, tumbling_count)
 

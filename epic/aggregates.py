@@ -15,7 +15,7 @@ columns); by default they loop over ``add`` / ``remove``. An aggregate whose sta
 per-element integer vectors can also define the *group form*, ``lift(values)`` (each element's
 contribution, an int64 array ``(n, k)``) and ``lower(sums, counts)`` (``m`` results from ``(m, k)``
 window sums, as an Arrow array): time windows then run on prefix sums
-(:mod:`epic.prefix_windows`) with no Python call per emitted row. State must be serialisable by
+(:mod:`epic.windows.prefix`) with no Python call per emitted row. State must be serialisable by
 :mod:`epic.serde` (msgpack: numbers, str, bytes, lists, dicts, numpy arrays), because it is
 checkpointed; it is never pickled.
 

@@ -35,7 +35,7 @@ class NodeDriver:
 
     Args:
         name: the node's name (for errors).
-        op: the node's operator (from the operator registry / ``node.build()``).
+        op: the node's operator (from :func:`epic.operators.build`).
         inputs: the number of input streams.
         merge: the node is a merge (per-input calls, its own frontier).
         split: the node is a splitstream (``split`` instead of ``on_batch``; outputs per port).

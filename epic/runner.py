@@ -2,7 +2,7 @@
 
 How it drives a topology:
 
-1. Every node builds its operator (:meth:`epic.topology.Node.build`); sources are opened.
+1. Every node's operator is built by the registry (:func:`epic.operators.build`); sources are opened.
 2. Sources take turns, one batch each, in the order they were added (so a run is reproducible).
    A source batch is stamped with the arrival wall time in ``_entry`` when delay logging is on, and
    pushed depth-first through the graph: each consumer's operator gets it, and its outputs are
@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from .driver import NodeDriver
+from .operators import build as build_operator
 from .errors import EpicError
 from .operator import ENTRY_COLUMN
 from .sources import Watermark
@@ -107,7 +108,7 @@ class _Engine:
         for n in self.order:
             if isinstance(n, SourceNode):
                 continue
-            op = n.build(clock=clock) if isinstance(n, SinkNode) else n.build()
+            op = build_operator(n, clock=clock)
             self.ops[n.name] = op
             self.drivers[n.name] = NodeDriver(n.name, op, len(n.inputs),
                                               merge=isinstance(n, MergeNode),

@@ -78,7 +78,7 @@ class Source:
 
 
 def _check_common(src: Source, what: str):
-    from .topology import as_schema
+    from .schemas import as_schema
 
     object.__setattr__(src, "schema", as_schema(src.schema, what=f"{what}: schema"))
     if src.unit not in UNITS:

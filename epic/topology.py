@@ -17,10 +17,9 @@ every schema before any data flows. :meth:`Topology.validate` adds the whole-gra
 unused streams, blocking operators on unbounded streams). Errors are :class:`~epic.errors.TopologyError`
 and name the node, the field and the fix.
 
-Each node builds its runtime logic with :meth:`Node.build` (an :class:`~epic.operator.Operator`),
-independently of any runner; this module never imports a runtime, Spark or the CLI. The stateless
-operators (map, filter, flat_map) live at the bottom of this module because they are a few lines of
-Arrow code each.
+Nodes are configuration only: :func:`epic.operators.build` (the operator registry) makes their
+runtime logic, and this module imports no operator, runtime, Spark or CLI module (the layers are
+drawn in docs/architecture.md and checked by tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -36,8 +35,10 @@ import pyarrow as pa
 from .aggregates import AggSpec
 from .errors import SpecError, TopologyError
 from .operator import ENTRY_COLUMN
+from .schemas import as_schema, empty_batch as _empty, fn_name as _fn_name
+from .schemas import with_entry as _with_entry
 from .timeunits import UNITS
-from .windows import PredicateWindow, WindowSpec, window_output_schema
+from .windows.spec import PredicateWindow, WindowSpec, check_window, window_output_schema
 
 __all__ = [
     "Topology",
@@ -142,46 +143,6 @@ class param_scope:
 # Streams
 
 
-_TYPE_NAMES = {
-    "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
-    "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
-    "float32": pa.float32(), "float64": pa.float64(), "double": pa.float64(),
-    "bool": pa.bool_(), "string": pa.string(), "str": pa.string(), "binary": pa.binary(),
-}
-
-
-def as_schema(schema: Any, *, what: str = "schema") -> pa.Schema:
-    """A ``pyarrow.Schema`` from a schema, a ``{name: type}`` dict or ``[(name, type)]`` pairs.
-
-    Types may be Arrow types or names such as ``"int64"``, ``"float64"``, ``"string"``.
-
-    >>> as_schema({"ts": "int64", "v": "float64"}).names
-    ['ts', 'v']
-    """
-    if isinstance(schema, pa.Schema):
-        return schema
-    if isinstance(schema, Mapping):
-        items = list(schema.items())
-    elif isinstance(schema, Iterable) and not isinstance(schema, (str, bytes)):
-        items = list(schema)
-    else:
-        raise SpecError(f"{what} must be a pyarrow.Schema, a {{name: type}} dict or (name, type) "
-                        f"pairs, got {schema!r}")
-    fields = []
-    for item in items:
-        if isinstance(item, pa.Field):
-            fields.append(item)
-            continue
-        name, typ = item
-        if isinstance(typ, str):
-            if typ not in _TYPE_NAMES:
-                raise SpecError(f"{what}: unknown type name {typ!r} for column {name!r}; use one "
-                                f"of {', '.join(_TYPE_NAMES)} or a pyarrow type")
-            typ = _TYPE_NAMES[typ]
-        fields.append(pa.field(name, typ))
-    return pa.schema(fields)
-
-
 @dataclass(frozen=True)
 class Stream:
     """A typed edge: output ``port`` of node ``node``.
@@ -227,19 +188,6 @@ def _check_time(node: str, schema: pa.Schema, time: str, unit: str, field_: str 
                    "source (never floats)")
 
 
-def _with_entry(schema: pa.Schema, entry: bool) -> pa.Schema:
-    has = ENTRY_COLUMN in schema.names
-    if entry and not has:
-        return schema.append(pa.field(ENTRY_COLUMN, pa.int64()))
-    if not entry and has:
-        return schema.remove(schema.get_field_index(ENTRY_COLUMN))
-    return schema
-
-
-def _empty(schema: pa.Schema) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=schema)
-
-
 # --------------------------------------------------------------------------------------------
 # Node configs
 
@@ -249,7 +197,8 @@ class Node:
     """Base of node configs: a unique ``name`` and the input streams.
 
     ``outputs`` (computed when the node is created) holds the output streams with their schemas
-    and event-time columns. :meth:`build` returns the node's runtime logic.
+    and event-time columns. A node is configuration only: :func:`epic.operators.build` makes its
+    runtime logic.
     """
 
     name: str
@@ -300,10 +249,6 @@ class Node:
         """Schema of the (only) output stream."""
         return self.output.schema
 
-    def build(self):
-        """The node's runtime logic: a fresh :class:`~epic.operator.Operator`."""
-        raise NotImplementedError
-
     def describe(self) -> str:
         """A one-line summary of the node's parameters (for graphs and tables)."""
         return self.kind
@@ -350,10 +295,6 @@ class MapNode(Node):
     def _outputs(self):
         return [_derive_output(self, self.schema, self.time, probe=not self.per_row)]
 
-    def build(self):
-        from .stateless import MapOperator
-        return MapOperator(self)
-
     def describe(self):
         return f"map{'_rows' if self.per_row else ''} {_fn_name(self.fn)}"
 
@@ -373,10 +314,6 @@ class FilterNode(Node):
         s = self.input
         return [self._stream(s.schema, s.time, s.unit)]
 
-    def build(self):
-        from .stateless import FilterOperator
-        return FilterOperator(self)
-
     def describe(self):
         return f"filter{'_rows' if self.per_row else ''} {_fn_name(self.predicate)}"
 
@@ -393,10 +330,6 @@ class FlatMapNode(Node):
 
     def _outputs(self):
         return [_derive_output(self, self.schema, self.time, probe=not self.per_row)]
-
-    def build(self):
-        from .stateless import FlatMapOperator
-        return FlatMapOperator(self)
 
     def describe(self):
         return f"flat_map{'_rows' if self.per_row else ''} {_fn_name(self.fn)}"
@@ -435,7 +368,7 @@ class WindowNode(Node):
         object.__setattr__(self, "key", key)
         s = self.input
         try:
-            self.build()  # builds nothing but the config checks: columns, ticks, modes
+            check_window(self.spec, aggs, s.schema, s.time, s.unit, key or None)
         except SpecError as exc:
             field_ = "spec" if "few_" in str(exc) or "tick" in str(exc) else "aggregates"
             if "key column" in str(exc):
@@ -444,16 +377,6 @@ class WindowNode(Node):
                        f"{', '.join(s.columns)}") from exc
         schema = window_output_schema(self.spec, aggs, s.schema, key or None)
         return [self._stream(schema, self.spec.time_column, s.unit)]
-
-    def build(self):
-        s = self.input
-        if isinstance(self.spec, PredicateWindow):
-            from .windows import PredicateWindowOperator
-            return PredicateWindowOperator(self.spec, self.aggregates, s.schema, s.time, s.unit,
-                                           list(self.key) or None)
-        from .windows import build_window_operator
-        return build_window_operator(self.spec, self.aggregates, s.schema, s.time, s.unit,
-                                     list(self.key) or None)
 
     def describe(self):
         sp = self.spec
@@ -480,11 +403,6 @@ class LateNode(Node):
 
         s = self.input
         return [self._stream(late_schema(s.schema), s.time, s.unit)]
-
-    def build(self):
-        from .late import LateOperator
-
-        return LateOperator(self.window, self.input.schema, self.input.time, self.lateness)
 
     def describe(self):
         return f"late rows of {self.window}"
@@ -525,15 +443,6 @@ class ProcessNode(Node):
         time = self.time or s.time
         _check_time(self.name, schema, time, s.unit)
         return [self._stream(_with_entry(schema, ENTRY_COLUMN in s.schema.names), time, s.unit)]
-
-    def build(self):
-        from .process import OperatorProcess, Processor, ProcessOperator
-        if not isinstance(self.processor, Processor):
-            return OperatorProcess(self.processor, self.input.schema, self.outputs[0].schema,
-                                   node=self.name)
-        return ProcessOperator(self.processor, self.input.schema, self.input.time,
-                               self.outputs[0].schema, key=list(self.key) or None,
-                               node=self.name)
 
     def describe(self):
         by = f" by {','.join(self.key)}" if self.key else " global"
@@ -583,11 +492,6 @@ class SplitNode(Node):
             streams.append(self._stream(_with_entry(o, entry), s.time, s.unit, port=i))
         return streams
 
-    def build(self):
-        from .split import SplitOperator
-        return SplitOperator(self.query, self.n, self.input.schema,
-                             [o.schema for o in self.outputs], node=self.name)
-
     def describe(self):
         return f"splitstream x{self.n}: {self.query.describe()}"
 
@@ -624,13 +528,6 @@ class MergeNode(Node):
                 raise _err(self.name, "idle_after", str(exc), "give seconds") from exc
         return [self._stream(first.schema, first.time, first.unit)]
 
-    def build(self):
-        from .merge import MergeOperator
-        from .timeunits import to_ticks
-        s = self.inputs[0]
-        idle = None if self.idle_after is None else to_ticks(self.idle_after, s.unit)
-        return MergeOperator(len(self.inputs), s.schema, s.time, idle_after=idle, late=self.late)
-
     def describe(self):
         return f"merge {len(self.inputs)} streams by {self.inputs[0].time}"
 
@@ -653,10 +550,6 @@ class CombineNode(Node):
             raise _err(self.name, "reduce", str(exc), "name columns of the replicas' output "
                        f"({', '.join(s.columns)})") from exc
         return [self._stream(s.schema, s.time, s.unit)]
-
-    def build(self):
-        from .split import CombineOperator
-        return CombineOperator(self.spec, self.input.schema, self.input.time)
 
     def describe(self):
         return f"combine {', '.join(f'{c}:{r}' for c, r in self.spec.describe_items())}"
@@ -687,22 +580,12 @@ class SinkNode(Node):
     def blocking(self) -> bool:  # type: ignore[override]
         return self.sink.blocking
 
-    def build(self, clock=None):
-        """A :class:`~epic.sinks.SinkOperator` writing this node's input."""
-        from .sinks import SinkOperator
-        return SinkOperator(self.sink, self.input.schema, self.input.time, self.input.unit,
-                            node=self.name, clock=clock)
-
     def describe(self):
         return self.sink.describe()
 
 
 def _fmt_schema(schema: pa.Schema) -> str:
     return "[" + ", ".join(f"{f.name}: {f.type}" for f in schema) + "]"
-
-
-def _fn_name(fn) -> str:
-    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def _key_tuple(key) -> tuple[str, ...]:

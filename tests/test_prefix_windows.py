@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import epic.aggregates as A
 from epic.errors import SpecError, StateError
-from epic.prefix_windows import PrefixWindowOperator, prefix_eligible
+from epic.windows import PrefixWindowOperator, prefix_eligible
 from epic.sinks import ENTRY_COLUMN
 from epic.windows import WindowOperator, build_window_operator, few_count, few_time, landmark
 

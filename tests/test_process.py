@@ -5,7 +5,8 @@ import pytest
 
 import epic
 from epic.errors import NodeFailure, StateError, TopologyError
-from epic.process import ProcessOperator
+from epic.operators import build as build_operator
+from epic.operators.process import ProcessOperator
 
 IN = pa.schema([("k", pa.int64()), ("ts", pa.int64()), ("a", pa.float64())])
 OUT = pa.schema([("k", pa.int64()), ("ts", pa.int64()), ("what", pa.string())])
@@ -175,10 +176,10 @@ def test_process_takes_an_operator_factory():
     assert entry == sorted(entry) and entry[0] >= 100
     node = t.node("count")
     assert node.outputs[0].schema.names == ["ts", "n", "_entry"]
-    op = node.build()
+    op = build_operator(node)
     op.on_batch(pa.record_batch([pa.array([1, 2]), pa.array([7, 8])],
                                 schema=pa.schema([("ts", pa.int64()), ("_entry", pa.int64())])))
-    fresh = node.build()
+    fresh = build_operator(node)
     fresh.restore(op.snapshot())
     assert fresh.op.n == 2
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 import epic
 from epic.operator import ENTRY_COLUMN
-from epic.split import (CombineOperator, SplitOperator, as_query, combine, hash_partition,
+from epic.operators.split import CombineOperator, SplitOperator
+from epic.split import (as_query, combine, hash_partition,
                         pairs_split, round_robin, stable_hash, vector_split)
 
 SCHEMA = pa.schema([("sid", pa.int64()), ("ts", pa.int64()), ("v", pa.float64())])

@@ -9,6 +9,7 @@ import pytest
 
 import epic
 from epic.errors import TopologyError
+from epic.operators import build as build_operator
 from epic.topology import MapNode, Topology, TopologyWarning
 
 SCHEMA = {"sid": "int64", "ts": "int64", "v": "float64"}
@@ -33,11 +34,11 @@ def test_nodes_are_frozen_configs_with_schemas_at_build_time():
 
 
 def test_build_returns_an_operator_without_a_runner():
-    """A node builds its runtime logic on its own (as the Spark runtime will)."""
+    """The registry builds a node's runtime logic from its config alone (as the Spark tasks do)."""
     t = Topology("t")
     s = source(t)
     f = t.filter("f", s, lambda b: pc.greater(b["v"], 1.0))
-    op = t.node("f").build()
+    op = build_operator(t.node("f"))
     out = op.on_batch(pa.record_batch([[1, 2], [0, 1], [0.5, 2.5]], schema=s.schema))
     assert out[0].column("v").to_pylist() == [2.5]
     assert isinstance(op, epic.Operator)
@@ -204,7 +205,7 @@ def test_predicate_window_node():
     w = t.window("w", s, epic.predicate_window(lambda cur: cur["v"] > 1, "newstart"),
                  key="sid", aggregates=[epic.count()])
     assert w.time == "ts"
-    assert type(t.node("w").build()).__name__ == "PredicateWindowOperator"
+    assert type(build_operator(t.node("w"))).__name__ == "PredicateWindowOperator"
 
 
 def test_param_defaults_and_scope():

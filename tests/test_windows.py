@@ -439,7 +439,7 @@ def test_fraction_and_decimal_durations():
 def test_long_watermark_jump_is_emitted_in_bounded_batches(monkeypatch):
     """A gap that releases many instants at once comes out in bounded batches, in the same
     (instant, key) order and with the same rows as one unbounded batch."""
-    import epic.windows as W
+    import epic.windows.engine as W
 
     rows = [(k, t, 1) for t in (0, 1, 2) for k in (0, 1, 2)] + [(0, 5000, 1)]
     whole = run(WindowOperator(landmark(1), [A.count(), A.collect("v")], SCHEMA, "ts", "s", "k"),

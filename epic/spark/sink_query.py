@@ -98,7 +98,7 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
 
     def shaped(batches):
         """The sink's rows (its columns, delay columns filled), batch by batch."""
-        from epic.sinks import SinkOperator
+        from epic.operators.sinks import SinkOperator
 
         op = SinkOperator(sink, stream.schema, stream.time, stream.unit, node=node.name)
         got = []

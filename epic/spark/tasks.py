@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from epic import serde
+from epic.operators import build as build_operator
 from epic.spark.session import freeze_gc_once
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
                              STEP, WM, runs, step_of, tag, with_tags)
@@ -259,7 +260,7 @@ def _run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[p
     schema = spec.in_schemas[0]
     for table in tables:
         if d is None:
-            d = NodeDriver(node.name, node.build(), 1, split=isinstance(node, SplitNode),
+            d = NodeDriver(node.name, build_operator(node), 1, split=isinstance(node, SplitNode),
                            label=_fn_label(node))
             d.batch, _ = _batch_id()
         steps = table.column(STEP).to_numpy()
@@ -307,7 +308,7 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     node = spec.node
     n_in = len(spec.in_schemas)
     store = StateStore(spec.state_dir, part)
-    d = NodeDriver(node.name, node.build(), n_in, merge=isinstance(node, MergeNode),
+    d = NodeDriver(node.name, build_operator(node), n_in, merge=isinstance(node, MergeNode),
                    split=isinstance(node, SplitNode))
     d.batch = batch_id
     snap = store.load_before(batch_id)

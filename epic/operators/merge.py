@@ -38,8 +38,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from . import serde
-from .errors import EpicError, StateError
+from .. import serde
+from ..errors import EpicError, StateError
 
 __all__ = ["MergeOperator"]
 

@@ -11,7 +11,7 @@ sum of the contributions of the elements before ``x``. :class:`PrefixWindowOpera
 key, the times and running sums of the elements still needed (a window's worth), and computes all
 the emission instants a watermark reaches with ``searchsorted`` and one subtraction: the cost per
 emitted row is a few numpy element operations instead of a Python call per row and aggregate. The
-output is exactly that of :class:`epic.windows.WindowOperator` (same rows, same order, same
+output is exactly that of :class:`epic.windows.engine.WindowOperator` (same rows, same order, same
 batching rules; a property test holds them equal), so :func:`epic.windows.build_window_operator`
 picks this engine whenever a time window's aggregates all define ``lift`` and ``lower``.
 
@@ -28,14 +28,14 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from . import serde
-from .aggregates import AggSpec
-from .errors import SpecError, StateError
-from .sinks import ENTRY_COLUMN
-from .timecore import EventClock
-from .windows import (_NOT_STARTED, MAX_BATCH_ROWS, FewTimeWindow, _agg_values, _ceil_div, _Clocked,
-                      _check_columns, _group_rows, _int_column, _key_tuple, _value_column,
-                      window_output_schema)
+from .. import serde
+from ..aggregates import AggSpec
+from ..errors import SpecError, StateError
+from ..operator import ENTRY_COLUMN
+from ..timecore import EventClock
+from .engine import (MAX_BATCH_ROWS, NOT_STARTED, Clocked, agg_values, group_rows, int_column,
+                     value_column)
+from .spec import FewTimeWindow, ceil_div, check_columns, key_tuple, window_output_schema
 
 __all__ = ["PrefixWindowOperator", "prefix_eligible"]
 
@@ -133,11 +133,11 @@ class _PKey:
             self.head = self.n = 0
 
 
-class PrefixWindowOperator(_Clocked):
+class PrefixWindowOperator(Clocked):
     """A FEW time window whose aggregates all have ``lift`` / ``lower`` (see the module doc).
 
     Same constructor, protocol (``on_batch`` / ``on_watermark`` / ``on_end`` / ``snapshot`` /
-    ``restore``) and output as :class:`epic.windows.WindowOperator`.
+    ``restore``) and output as :class:`epic.windows.engine.WindowOperator`.
     """
 
     def __init__(self, spec: FewTimeWindow, aggregates: Sequence[AggSpec], schema: pa.Schema,
@@ -150,12 +150,12 @@ class PrefixWindowOperator(_Clocked):
         self.schema = schema
         self.time = time
         self.unit = unit
-        self.keys = _key_tuple(key)
+        self.keys = key_tuple(key)
         self.grid = spec.resolve(unit)
         self.lateness = spec.lateness_ticks(unit)
         self.fixed_origin = spec.origin
         self.has_entry = ENTRY_COLUMN in schema.names
-        _check_columns(schema, time, self.keys, self.aggs)
+        check_columns(schema, time, self.keys, self.aggs)
         self.output_schema = window_output_schema(spec, self.aggs, schema, key)
         self._widths: list[int] | None = None
         self._key_state: dict[Any, _PKey] = {}
@@ -168,7 +168,7 @@ class PrefixWindowOperator(_Clocked):
                  ) -> list[pa.RecordBatch]:
         batch, _late = self.admit(batch, before)
         if batch is not None:
-            self._ingest(batch, _int_column(batch, self.time))
+            self._ingest(batch, int_column(batch, self.time))
         return self._advance_to(self.clock.watermark, final=False)
 
     count_mode = False
@@ -177,7 +177,7 @@ class PrefixWindowOperator(_Clocked):
         lift = self._lift(batch, times)
         ent = (batch.column(ENTRY_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)
                if self.has_entry else None)
-        for key_value, idx in _group_rows(batch, self.keys):
+        for key_value, idx in group_rows(batch, self.keys):
             t = times if idx is None else times[idx]
             ks = self._key_state.get(key_value)
             if ks is None:
@@ -201,8 +201,8 @@ class PrefixWindowOperator(_Clocked):
         parts = []
         cache: dict[str, np.ndarray] = {}
         for a in self.aggs:
-            cols = [cache.setdefault(c, _value_column(batch, c)) for c in a.columns]
-            values = _agg_values(cols, list(range(len(cols))), times)
+            cols = [cache.setdefault(c, value_column(batch, c)) for c in a.columns]
+            values = agg_values(cols, list(range(len(cols))), times)
             part = np.asarray(a.aggregate.lift(values))
             if part.ndim == 1:
                 part = part[:, None]
@@ -222,7 +222,7 @@ class PrefixWindowOperator(_Clocked):
 
     def _new_key(self, origin: int) -> _PKey:
         k = sum(self._widths)
-        return _PKey(origin=origin, done=_NOT_STARTED, first=origin, times=np.empty(0, np.int64),
+        return _PKey(origin=origin, done=NOT_STARTED, first=origin, times=np.empty(0, np.int64),
                      cum=np.empty((0, k), np.int64),
                      ent=np.empty(0, np.int64),
                      head=0, n=0, base=np.zeros(k, np.int64), base_ent=0, dropped=0,
@@ -246,7 +246,7 @@ class PrefixWindowOperator(_Clocked):
             if m1 >= m0:
                 parts.append(o + g.E * np.arange(m0, m1 + 1, dtype=np.int64))
         if g.L is not None:
-            k0 = max(_ceil_div(after + 1 - o - g.L, g.S), (lo - o) // g.S)
+            k0 = max(ceil_div(after + 1 - o - g.L, g.S), (lo - o) // g.S)
             k1 = (hi - o - g.L) // g.S
             if k1 >= k0:
                 parts.append(o + g.L + g.S * np.arange(k0, k1 + 1, dtype=np.int64))

@@ -12,9 +12,11 @@ from typing import Mapping
 import numpy as np
 import pyarrow as pa
 
-from .errors import EpicError, NodeFailure
-from .operator import ENTRY_COLUMN
-from .topology import Node, _empty, _fn_name, _with_entry
+from ..errors import EpicError, NodeFailure
+from ..operator import ENTRY_COLUMN
+from ..schemas import empty_batch as _empty
+from ..schemas import fn_name as _fn_name
+from ..schemas import with_entry as _with_entry
 
 __all__ = ["MapOperator", "FilterOperator", "FlatMapOperator"]
 
@@ -27,7 +29,7 @@ def _entry_max(batch: pa.RecordBatch) -> int:
 class _Stateless:
     """Shared plumbing: conform results to the declared schema, carry ``_entry``."""
 
-    def __init__(self, node: Node):
+    def __init__(self, node):
         self.node = node
         self.output_schema = node.outputs[0].schema
         self.entry = ENTRY_COLUMN in self.output_schema.names

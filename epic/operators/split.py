@@ -1,0 +1,243 @@
+"""Runtime logic of splitstream and combine nodes: :class:`SplitOperator`, :class:`CombineOperator`.
+
+Their specs (distribution queries, :class:`~epic.split.Combine`) are in :mod:`epic.split`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from .. import serde
+from ..errors import EpicError, NodeFailure, SpecError, StateError
+from ..operator import ENTRY_COLUMN
+from ..split import (
+    _as_batch,
+    Broadcast,
+    Combine,
+    HashPartition,
+    PairsQuery,
+    RoundRobin,
+    RowQuery,
+    SplitQuery,
+    VectorQuery,
+    as_query,
+    stable_hash,
+)
+
+__all__ = ['SplitOperator', 'CombineOperator']
+
+
+class SplitOperator:
+    """Runtime logic of a ``splitstream`` node: one input, ``n`` outputs.
+
+    :meth:`split` returns, per output port, a list of batches (rows in input order). The
+    ``_entry`` column travels with each row. The state is the round-robin position only.
+    """
+
+    def __init__(self, query: SplitQuery, n: int, input_schema: pa.Schema,
+                 output_schemas: Sequence[pa.Schema], *, node: str = "split"):
+        self.query = as_query(query)
+        self.n = n
+        self.input_schema = input_schema
+        self.output_schemas = list(output_schemas)
+        self.node = node
+        self.entry = ENTRY_COLUMN in input_schema.names
+        self._position = 0
+        self._batches = 0
+
+    # the fan-out contract --------------------------------------------------------------------
+    def split(self, batch: pa.RecordBatch) -> list[list[pa.RecordBatch]]:
+        """Route one batch: ``result[i]`` holds the batches for output ``i``."""
+        self._batches += 1
+        if batch.num_rows == 0:
+            return [[] for _ in range(self.n)]
+        q = self.query
+        try:
+            if isinstance(q, (RowQuery, PairsQuery)):
+                return self._split_rows(batch)
+            if isinstance(q, Broadcast):
+                return [[self._conform(i, batch)] for i in range(self.n)]
+            if isinstance(q, HashPartition):
+                target = (stable_hash(batch, q.key) % np.uint64(self.n)).astype(np.int64)
+                return self._by_target(batch, target)
+            if isinstance(q, RoundRobin):
+                target = (np.arange(batch.num_rows, dtype=np.int64) + self._position) % self.n
+                self._position = (self._position + batch.num_rows) % self.n
+                return self._by_target(batch, target)
+            if isinstance(q, VectorQuery):
+                return self._split_vector(batch)
+        except EpicError:
+            raise
+        except Exception as exc:
+            raise NodeFailure(self.node, q.describe(), self._batches, exc) from exc
+        raise SpecError(f"unknown query {q!r}")
+
+    def on_watermark(self, watermark: int) -> list[list[pa.RecordBatch]]:
+        return [[] for _ in range(self.n)]
+
+    def on_end(self) -> list[list[pa.RecordBatch]]:
+        return [[] for _ in range(self.n)]
+
+    def snapshot(self) -> bytes:
+        return serde.packb({"format": "epic.split/1", "position": self._position})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.split/1":
+            raise StateError("not a splitstream snapshot (format epic.split/1)")
+        self._position = st["position"]
+
+    # helpers ---------------------------------------------------------------------------------
+    def _by_target(self, batch, target: np.ndarray):
+        out = []
+        for i in range(self.n):
+            idx = np.flatnonzero(target == i)
+            out.append([self._conform(i, batch.take(pa.array(idx)))] if len(idx) else [])
+        return out
+
+    def _conform(self, i: int, b: pa.RecordBatch) -> pa.RecordBatch:
+        schema = self.output_schemas[i]
+        if b.schema.equals(schema):
+            return b
+        return pa.RecordBatch.from_arrays(
+            [b.column(f.name).cast(f.type) for f in schema], schema=schema)
+
+    def _split_rows(self, batch):
+        q = self.query
+        cols = [c for c in batch.schema.names if c != ENTRY_COLUMN]
+        rows = batch.select(cols).to_pylist()
+        entries = batch.column(ENTRY_COLUMN).to_pylist() if self.entry else None
+        outs: list[list] = [[] for _ in range(self.n)]
+        ents: list[list] = [[] for _ in range(self.n)]
+        n = self.n
+        if isinstance(q, RowQuery):
+            fn = q.query
+            for j, r in enumerate(rows):
+                for i in range(n):
+                    v = fn(i, r)
+                    if v is None or v is False:
+                        continue
+                    outs[i].append(r if v is True else v)
+                    if entries is not None:
+                        ents[i].append(entries[j])
+        else:
+            fn = q.query
+            for j, r in enumerate(rows):
+                for i, v in fn(r) or ():
+                    if not 0 <= i < n:
+                        raise ValueError(f"output index {i} out of range 0..{n - 1}")
+                    if v is None or v is False:
+                        continue
+                    outs[i].append(r if v is True else v)
+                    if entries is not None:
+                        ents[i].append(entries[j])
+        result = []
+        for i in range(n):
+            if not outs[i]:
+                result.append([])
+                continue
+            schema = self.output_schemas[i]
+            user = schema.remove(schema.get_field_index(ENTRY_COLUMN)) if self.entry else schema
+            b = pa.RecordBatch.from_pylist(outs[i], schema=user)
+            if self.entry:
+                b = b.append_column(ENTRY_COLUMN, pa.array(ents[i], type=pa.int64()))
+            result.append([b])
+        return result
+
+    def _split_vector(self, batch):
+        q = self.query
+        result = []
+        for i in range(self.n):
+            m = q.mask(i, batch)
+            if m is None or m is False:
+                result.append([])
+                continue
+            if m is True:
+                part = batch
+            else:
+                if isinstance(m, pa.ChunkedArray):
+                    m = m.combine_chunks()
+                if not isinstance(m, pa.Array):
+                    m = pa.array(np.asarray(m, dtype=bool))
+                part = batch.filter(m.fill_null(False))
+            if part.num_rows == 0:
+                result.append([])
+                continue
+            p = None if q.project is None else q.project[i]
+            if p is not None:
+                ent = part.column(ENTRY_COLUMN) if self.entry else None
+                part = _as_batch(p(part)) if callable(p) else part.select(list(p))
+                if ent is not None and ENTRY_COLUMN not in part.schema.names:
+                    part = part.append_column(ENTRY_COLUMN, ent)
+            result.append([self._conform(i, part)])
+        return result
+
+
+class CombineOperator:
+    """Runtime logic of a combine node; groups wait until the watermark passes their time."""
+
+    def __init__(self, spec: Combine, schema: pa.Schema, time: str):
+        self.spec = spec
+        self.output_schema = schema
+        self.time = time
+        self.groups_cols = spec.group_columns(schema)
+        self.reduced = [c for c, _ in spec.reducers]
+        self._fns = [spec.reducer(c) for c in self.reduced]
+        self.entry = ENTRY_COLUMN in schema.names
+        self._groups: dict[tuple, list] = {}  # key -> [time, order, values, entry]
+        self._order = 0
+        self._watermark: int | None = None
+
+    def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        keys = zip(*(batch.column(c).to_pylist() for c in self.groups_cols)) \
+            if self.groups_cols else ((),) * batch.num_rows
+        vals = list(zip(*(batch.column(c).to_pylist() for c in self.reduced)))
+        times = batch.column(self.time).to_pylist()
+        ents = batch.column(ENTRY_COLUMN).to_pylist() if self.entry else [0] * batch.num_rows
+        for k, v, t, e in zip(keys, vals, times, ents):
+            g = self._groups.get(k)
+            if g is None:
+                self._groups[k] = [t, self._order, list(v), e]
+                self._order += 1
+            else:
+                g[2] = [f(a, b) for f, a, b in zip(self._fns, g[2], v)]
+                g[3] = max(g[3], e)
+        return []
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        self._watermark = watermark
+        return self._release(lambda t: t < watermark)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return self._release(lambda t: True)
+
+    def _release(self, ready) -> list[pa.RecordBatch]:
+        done = [(g[0], g[1], k) for k, g in self._groups.items() if ready(g[0])]
+        if not done:
+            return []
+        done.sort()
+        rows = []
+        for _, _, k in done:
+            g = self._groups.pop(k)
+            row = dict(zip(self.groups_cols, k))
+            row.update(zip(self.reduced, g[2]))
+            if self.entry:
+                row[ENTRY_COLUMN] = g[3]
+            rows.append(row)
+        return [pa.RecordBatch.from_pylist(rows, schema=self.output_schema)]
+
+    def snapshot(self) -> bytes:
+        return serde.packb({"format": "epic.combine/1", "order": self._order,
+                            "watermark": self._watermark,
+                            "groups": [[list(k), g] for k, g in self._groups.items()]})
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.combine/1":
+            raise StateError("not a combine snapshot (format epic.combine/1)")
+        self._order = st["order"]
+        self._watermark = st["watermark"]
+        self._groups = {tuple(k): g for k, g in st["groups"]}

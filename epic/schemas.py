@@ -1,0 +1,75 @@
+"""Arrow schemas and batches as the graph model and the operators use them (a base module).
+
+``as_schema`` turns the user's schema forms into a ``pyarrow.Schema``; ``with_entry`` adds or
+removes the delay-logging column; ``empty_batch`` and ``fn_name`` are small shared helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import pyarrow as pa
+
+from .errors import SpecError
+from .operator import ENTRY_COLUMN
+
+__all__ = ["as_schema", "with_entry", "empty_batch", "fn_name"]
+
+_TYPE_NAMES = {
+    "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
+    "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
+    "float32": pa.float32(), "float64": pa.float64(), "double": pa.float64(),
+    "bool": pa.bool_(), "string": pa.string(), "str": pa.string(), "binary": pa.binary(),
+}
+
+
+def as_schema(schema: Any, *, what: str = "schema") -> pa.Schema:
+    """A ``pyarrow.Schema`` from a schema, a ``{name: type}`` dict or ``[(name, type)]`` pairs.
+
+    Types may be Arrow types or names such as ``"int64"``, ``"float64"``, ``"string"``.
+
+    >>> as_schema({"ts": "int64", "v": "float64"}).names
+    ['ts', 'v']
+    """
+    if isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, Mapping):
+        items = list(schema.items())
+    elif isinstance(schema, Iterable) and not isinstance(schema, (str, bytes)):
+        items = list(schema)
+    else:
+        raise SpecError(f"{what} must be a pyarrow.Schema, a {{name: type}} dict or (name, type) "
+                        f"pairs, got {schema!r}")
+    fields = []
+    for item in items:
+        if isinstance(item, pa.Field):
+            fields.append(item)
+            continue
+        name, typ = item
+        if isinstance(typ, str):
+            if typ not in _TYPE_NAMES:
+                raise SpecError(f"{what}: unknown type name {typ!r} for column {name!r}; use one "
+                                f"of {', '.join(_TYPE_NAMES)} or a pyarrow type")
+            typ = _TYPE_NAMES[typ]
+        fields.append(pa.field(name, typ))
+    return pa.schema(fields)
+
+
+def with_entry(schema: pa.Schema, entry: bool) -> pa.Schema:
+    """``schema`` with (``entry``) or without the ``_entry`` delay-logging column."""
+    has = ENTRY_COLUMN in schema.names
+    if entry and not has:
+        return schema.append(pa.field(ENTRY_COLUMN, pa.int64()))
+    if not entry and has:
+        return schema.remove(schema.get_field_index(ENTRY_COLUMN))
+    return schema
+
+
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of no rows with ``schema``."""
+    return pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def fn_name(fn) -> str:
+    """A user function's name for messages (its class name for callables without one)."""
+    return getattr(fn, "__name__", type(fn).__name__)

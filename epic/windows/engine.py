@@ -1,0 +1,798 @@
+"""The incremental window engine: FEW time and count windows with init/add/remove aggregates.
+
+A spec (:mod:`epic.windows.spec`) plus aggregates, a partition key and the input stream's schema
+build a :class:`WindowOperator` (the runtime contract of :mod:`epic.operator`). In short, for a FEW
+time window with length ``L``, stride ``S`` and emit frequency ``E``, origin ``o``:
+
+* window ``k`` covers event times ``[o + k*S, o + k*S + L)``;
+* emission instants are every ``o + m*E`` and every window end ``o + k*S + L``;
+* at an instant ``t`` the window *being formed* is the first one that has not ended before
+  ``t``; epic emits the landmark sub-window ``[start, t)`` of it, flagged ``final`` when ``t`` is
+  its end; sub-windows without elements are not emitted;
+* an instant ``t`` is emitted once the watermark (:mod:`epic.timecore`) reaches ``t``; at the end
+  of the input, the instant that closes the data is emitted too.
+
+Count windows apply the same rule to element positions (per key, from 0). :class:`Clocked` is
+what every window operator shares (the clock, rows held until the watermark passes them).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import serde
+from ..aggregates import Aggregate, AggSpec
+from ..errors import SpecError, StateError
+from ..operator import ENTRY_COLUMN
+from ..timecore import EventClock
+from .spec import (FewCountWindow, PredicateWindow, WindowSpec, check_columns,
+                   choose_mode, key_tuple, window_output_schema)
+
+__all__ = ["WindowOperator", "Clocked", "NOT_STARTED", "MAX_BATCH_ROWS", "MAX_BATCH_ELEMENTS",
+           "int_column", "value_column", "agg_values", "group_rows", "to_arrow", "table_bytes",
+           "table_from_bytes"]
+
+INT64_MIN = np.iinfo(np.int64).min
+
+#: ``_Key.done`` of a key whose first boundary is not known yet (``_advance`` jumps to the
+#: boundary at or before the key's first pending element, never past the watermark)
+NOT_STARTED = INT64_MIN // 4
+
+#: bounds of one output batch of a window operator (see ``WindowOperator._emit_all``)
+MAX_BATCH_ROWS = 65_536
+MAX_BATCH_ELEMENTS = 4_000_000
+
+
+class _Buffer:
+    """Append-only, time-sorted element store addressed by absolute positions.
+
+    Chunks are kept as they arrive (no quadratic re-concatenation); ``drop_before`` forgets
+    chunks that every consumer has passed.
+    """
+
+    __slots__ = ("chunks", "starts", "end", "base")
+
+    def __init__(self):
+        self.chunks: list[tuple[np.ndarray, list]] = []  # (times, [col arrays])
+        self.starts: list[int] = []
+        self.end = 0  # absolute position one past the last element
+        self.base = 0  # absolute position of the first stored element
+
+    def __len__(self):
+        return self.end - self.base
+
+    def append(self, times: np.ndarray, cols: list):
+        if not len(times):
+            return
+        self.chunks.append((times, cols))
+        self.starts.append(self.end)
+        self.end += len(times)
+
+    def last_time(self):
+        return self.chunks[-1][0][-1] if self.chunks else None
+
+    def _chunk_index(self, pos: int) -> int:
+        # Positions move forward monotonically, so the wanted chunk is almost always first.
+        i = 0
+        starts = self.starts
+        n = len(starts)
+        while i + 1 < n and starts[i + 1] <= pos:
+            i += 1
+        return i
+
+    def search(self, t: int, lo: int) -> int:
+        """First absolute position ``>= lo`` whose time is ``>= t``."""
+        if lo >= self.end:
+            return self.end
+        i = self._chunk_index(lo)
+        while i < len(self.chunks):
+            times = self.chunks[i][0]
+            start = self.starts[i]
+            if times[-1] >= t:
+                j = int(times.searchsorted(t))  # the method skips numpy's dispatch wrapper
+                return max(start + j, lo)
+            i += 1
+        return self.end
+
+    def slice(self, a: int, b: int) -> tuple[np.ndarray, list]:
+        """Times and columns of positions ``[a, b)``."""
+        if a >= b:
+            return None
+        i = self._chunk_index(a)
+        parts_t = []
+        parts_c = None
+        while a < b:
+            times, cols = self.chunks[i]
+            start = self.starts[i]
+            j0 = a - start
+            j1 = min(b - start, len(times))
+            parts_t.append(times[j0:j1])
+            if parts_c is None:
+                parts_c = [[c[j0:j1]] for c in cols]
+            else:
+                for acc, c in zip(parts_c, cols):
+                    acc.append(c[j0:j1])
+            a = start + j1
+            i += 1
+        if len(parts_t) == 1:
+            return parts_t[0], [p[0] for p in parts_c]
+        return np.concatenate(parts_t), [np.concatenate(p) for p in parts_c]
+
+    def drop_before(self, pos: int):
+        while self.chunks and self.starts[0] + len(self.chunks[0][0]) <= pos:
+            self.chunks.pop(0)
+            self.starts.pop(0)
+        self.base = self.starts[0] if self.chunks else self.end
+
+    def replace_tail(self, pos: int, times: np.ndarray, cols: list):
+        """Replace everything from absolute ``pos`` on (used to re-sort a pending tail)."""
+        if self.end > pos:
+            # cut chunks at pos
+            while self.chunks and self.starts[-1] >= pos:
+                self.chunks.pop()
+                self.starts.pop()
+            if self.chunks and self.starts[-1] + len(self.chunks[-1][0]) > pos:
+                t, c = self.chunks[-1]
+                cut = pos - self.starts[-1]
+                self.chunks[-1] = (t[:cut], [x[:cut] for x in c])
+            self.end = pos
+        self.append(times, cols)
+
+    # snapshot ------------------------------------------------------------------------
+    def to_state(self):
+        if not self.chunks:
+            return [self.base, self.end, None, None]
+        t, c = self.slice(self.base, self.end)
+        return [self.base, self.end, t, c]
+
+    @classmethod
+    def from_state(cls, st):
+        b = cls()
+        base, end, t, c = st
+        b.base = b.end = base
+        if t is not None:
+            b.append(t, c)
+        assert b.end == end
+        return b
+
+
+class _TwoStacks:
+    """FIFO of partials with O(1) amortised ``merge`` queries (front = oldest)."""
+
+    __slots__ = ("agg", "front", "front_aggs", "back", "back_agg")
+
+    def __init__(self, agg: Aggregate):
+        self.agg = agg
+        self.front: list = []  # oldest at the end (stack top)
+        self.front_aggs: list = []  # front_aggs[i] = merge of front[i] and everything newer in front
+        self.back: list = []
+        self.back_agg = None
+
+    def push(self, partial):
+        self.back.append(partial)
+        self.back_agg = partial if self.back_agg is None else self.agg.merge(self.back_agg, partial)
+
+    def pop(self):
+        if not self.front:
+            self._flip()
+        self.front.pop()
+        self.front_aggs.pop()
+
+    def _flip(self):
+        merge = self.agg.merge
+        acc = None
+        # walk newest -> oldest so the stack top ends up the oldest
+        for p in reversed(self.back):
+            acc = p if acc is None else merge(p, acc)
+            self.front.append(p)
+            self.front_aggs.append(acc)
+        self.back.clear()
+        self.back_agg = None
+
+    def query(self):
+        f = self.front_aggs[-1] if self.front_aggs else None
+        b = self.back_agg
+        if f is None:
+            return b
+        if b is None:
+            return f
+        return self.agg.merge(f, b)
+
+    def to_state(self):
+        # Ordered oldest -> newest; the structure is rebuilt on restore.
+        return list(reversed(self.front)) + list(self.back)
+
+    @classmethod
+    def from_state(cls, agg, partials):
+        ts = cls(agg)
+        for p in partials:
+            ts.push(p)
+        return ts
+
+
+class Clocked:
+    """What every window operator shares: the node's :class:`~epic.timecore.EventClock` and, for
+    the kinds that take elements in event-time order (count and predicate windows), the on-time
+    rows held until the watermark passes them."""
+
+    time: str
+    clock: EventClock
+    _held: pa.Table | None
+
+    #: the operator takes ``before`` (each row's stream high-water mark) and ``observe``
+    stream_clock = True
+
+    def admit(self, batch: pa.RecordBatch, before: np.ndarray | None = None):
+        """Split ``batch`` into on-time rows and late rows (either may be None)."""
+        if batch.num_rows == 0:
+            return None, None
+        keep = self.clock.admit(int_column(batch, self.time), before)
+        if keep is None:
+            return batch, None
+        late = batch.filter(pa.array(~keep))
+        batch = batch.filter(pa.array(keep))
+        return (batch if batch.num_rows else None), late
+
+    def observe(self, high: int | None) -> list[pa.RecordBatch]:
+        """The input stream reached event time ``high`` in rows this operator did not get."""
+        self.clock.observe(high)
+        return self._advance_to(self.clock.watermark, final=False)
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        if not self.clock.push(watermark):
+            return []
+        return self._advance_to(self.clock.watermark, final=False)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return self._advance_to(self.clock.end(), final=True)
+
+    @property
+    def watermark(self) -> int | None:
+        """The operator's watermark: rows with a smaller event time are late."""
+        return self.clock.watermark
+
+    @property
+    def late_rows(self) -> int:
+        """Rows that arrived behind the watermark (counted, never silent)."""
+        return self.clock.late_rows
+
+    def _advance_to(self, wm: int | None, final: bool) -> list[pa.RecordBatch]:
+        if self.count_mode:
+            self._release(wm, final)
+        if wm is None:
+            return []
+        if self._wm is not None and wm < self._wm:
+            wm = self._wm
+        self._wm = wm
+        return self._emit_all(final)
+
+    @property
+    def output_watermark(self) -> int | None:
+        """The watermark a runtime forwards downstream: no later output row is older (window
+        rows are stamped with instants, never below the watermark that released them)."""
+        return self.clock.watermark
+
+    def _hold(self, batch: pa.RecordBatch) -> None:
+        t = pa.Table.from_batches([batch])
+        self._held = t if self._held is None else pa.concat_tables([self._held, t])
+
+    def _release(self, wm: int | None, final: bool) -> None:
+        """Count windows: rows the watermark has passed get their positions, in time order
+        (ties: arrival order)."""
+        rows = self._take_ready(wm, final)
+        if rows is not None:
+            for b in rows.to_batches():
+                self._ingest(b, int_column(b, self.time))
+
+    def _take_ready(self, wm: int | None, final: bool) -> pa.Table | None:
+        """Held rows below ``wm`` (all at the end), sorted by time then arrival; kept: the rest."""
+        held = self._held
+        if held is None or held.num_rows == 0 or (wm is None and not final):
+            return None
+        times = int_column(held, self.time)
+        ready = np.ones(len(times), bool) if final else times < wm
+        if not ready.any():
+            return None
+        idx = np.flatnonzero(ready)
+        order = idx[np.argsort(times[idx], kind="stable")]
+        rows = held.take(pa.array(order)).combine_chunks()
+        rest = np.flatnonzero(~ready)
+        self._held = held.take(pa.array(rest)) if len(rest) else None
+        return rows
+
+
+@dataclass
+class _Key:
+    """Window state of one partition key."""
+
+    origin: int
+    done: int  # last processed boundary: elements before it are added, instants up to it emitted
+    buf: _Buffer
+    hi: int  # absolute position: elements before it were added
+    lo: int  # absolute position: elements before it were removed (remove-mode aggregates)
+    states: list  # per aggregate: its state (None for pane-mode aggregates)
+    panes: list  # per aggregate: a _TwoStacks of pane partials (pane mode) or None
+    seg_starts: deque  # start time of each non-empty segment between boundaries, oldest first
+    seg_counts: deque  # elements in each of those segments
+    in_window: int  # elements in the window being formed
+    entry: int  # newest arrival time among added elements (delay logging)
+    last_time: int  # event time of the newest added element
+    seen: int  # elements received (count windows: the next position)
+    key_order: int
+    first: int = 0  # start of the key's first window (Grid.first_window)
+
+
+class WindowOperator(Clocked):
+    """Runtime logic of a FEW time or count window with aggregates, per partition key.
+
+    Args:
+        spec: a :class:`FewTimeWindow` or :class:`FewCountWindow`.
+        aggregates: the bound aggregates.
+        schema: the input schema.
+        time: the input's event-time column.
+        unit: the input's time unit.
+        key: partition key column(s), or None for one global window.
+
+    Elements are buffered until the watermark passes the next boundary (an emission instant or a
+    window start); then the elements before that boundary are added, per aggregate: to the
+    running state (``remove``/``add``/``reset`` modes) or as one pane partial (``pane`` mode).
+    Every element is added exactly once and, in ``remove`` mode, removed exactly once. Results do
+    not depend on how the input is cut into batches.
+    """
+
+    def __init__(self, spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Schema,
+                 time: str, unit: str = "s", key: str | Sequence[str] | None = None):
+        if isinstance(spec, PredicateWindow):
+            raise SpecError("predicate windows run in PredicateWindowOperator")
+        self.spec = spec
+        self.aggs = list(aggregates)
+        if not self.aggs:
+            raise SpecError("a window needs at least one aggregate, e.g. epic.count()")
+        self.schema = schema
+        self.time = time
+        self.unit = unit
+        self.keys = key_tuple(key)
+        self.count_mode = isinstance(spec, FewCountWindow)
+        self.grid = spec.resolve(unit)
+        self.lateness = spec.lateness_ticks(unit)
+        self.fixed_origin = None if self.count_mode else spec.origin
+        self.has_entry = ENTRY_COLUMN in schema.names
+        check_columns(schema, time, self.keys, self.aggs)
+        cols: list[str] = []
+        for a in self.aggs:
+            for c in a.columns:
+                if c not in cols:
+                    cols.append(c)
+        self.value_columns = cols
+        # stored per element: aggregate inputs, then event time, then arrival time
+        self.stored = cols + ["__time"] + (["__entry"] if self.has_entry else [])
+        self._col_index = {c: i for i, c in enumerate(self.stored)}
+        self._agg_cols = [[self._col_index[c] for c in a.columns] for a in self.aggs]
+        self.modes = [choose_mode(a, spec, self.grid) for a in self.aggs]
+        self.any_remove = "remove" in self.modes
+        self.any_reset = "reset" in self.modes
+        self.output_schema = window_output_schema(spec, self.aggs, schema, key)
+        self._key_state: dict[Any, _Key] = {}
+        #: the node's time: high-water mark, pushed watermarks, late-row decisions and counts
+        self.clock = EventClock(self.lateness)
+        #: count windows: on-time rows not yet passed by the watermark (an Arrow table)
+        self._held: pa.Table | None = None
+        self._wm: int | None = None  # the watermark the windows were last advanced to
+
+    # -- public protocol -----------------------------------------------------------------
+    def on_batch(self, batch: pa.RecordBatch, before: np.ndarray | None = None
+                 ) -> list[pa.RecordBatch]:
+        """Rows of the input stream. ``before``: each row's stream high-water mark before it,
+        when the runtime gives this operator only some keys' rows (a Spark partition)."""
+        batch, _late = self.admit(batch, before)
+        if batch is not None:
+            if self.count_mode:
+                self._hold(batch)
+            else:
+                self._ingest(batch, int_column(batch, self.time))
+        return self._advance_to(self.clock.watermark, final=False)
+
+    # -- ingest --------------------------------------------------------------------------
+    def _ingest(self, batch: pa.RecordBatch, times: np.ndarray) -> None:
+        columns = [value_column(batch, c) for c in self.value_columns]
+        columns.append(times)
+        if self.has_entry:
+            columns.append(batch.column(ENTRY_COLUMN).to_numpy(zero_copy_only=False)
+                           .astype(np.int64))
+        for key_value, idx in group_rows(batch, self.keys):
+            ks = self._key_state.get(key_value)
+            cols = columns if idx is None else [c[idx] for c in columns]
+            if ks is None:
+                ks = self._new_key(self._origin_for(cols[len(self.value_columns)]))
+                self._key_state[key_value] = ks
+            self._append(ks, cols)
+
+    def _origin_for(self, times: np.ndarray) -> int:
+        """The grid phase of a new key: the pinned origin, else the key's first element (in
+        arrival order: never the minimum of a batch, so batch cuts cannot move it)."""
+        if self.count_mode:
+            return 0
+        if self.fixed_origin is not None:
+            return int(self.fixed_origin)
+        return int(times[0])
+
+    def _new_key(self, origin: int) -> _Key:
+        return _Key(
+            origin=origin, done=NOT_STARTED, first=origin, buf=_Buffer(), hi=0, lo=0,
+            states=[a.aggregate.init() if m != "pane" else None
+                    for a, m in zip(self.aggs, self.modes)],
+            panes=[_TwoStacks(a.aggregate) if m == "pane" else None
+                   for a, m in zip(self.aggs, self.modes)],
+            seg_starts=deque(), seg_counts=deque(), in_window=0, entry=0, last_time=0, seen=0,
+            key_order=len(self._key_state),
+        )
+
+    def _append(self, ks: _Key, cols: list):
+        ti = len(self.value_columns)
+        n = len(cols[ti])
+        if self.count_mode:
+            pos = np.arange(ks.seen, ks.seen + n, dtype=np.int64)
+            ks.seen += n
+            ks.buf.append(pos, cols)
+            return
+        ks.seen += n
+        t = cols[ti]
+        first = self.grid.first_window(ks.origin, int(t.min()))
+        if first < ks.first:
+            ks.first = first  # an element before the origin (out of order, or a pinned origin)
+        if n > 1 and np.any(t[1:] < t[:-1]):
+            order = np.argsort(t, kind="stable")
+            cols = [c[order] for c in cols]
+            t = cols[ti]
+        last = ks.buf.last_time()
+        if last is not None and ks.buf.end > ks.hi and t[0] < last:
+            # out of order within the lateness bound: re-sort the pending (not yet added) tail
+            pend_t, pend_c = ks.buf.slice(ks.hi, ks.buf.end)
+            all_t = np.concatenate([pend_t, t])
+            order = np.argsort(all_t, kind="stable")
+            all_c = [np.concatenate([p, c])[order] for p, c in zip(pend_c, cols)]
+            ks.buf.replace_tail(ks.hi, all_t[order], all_c)
+        else:
+            ks.buf.append(t, cols)
+
+    # -- emission ------------------------------------------------------------------------
+    def _emit_all(self, final: bool) -> list[pa.RecordBatch]:
+        """Emit every instant the watermark has reached, for every key, ordered by instant and
+        then by key (first appearance). Rows are streamed from per-key generators and converted
+        in bounded batches, so a long watermark jump (a gap in the data, half-time) never builds
+        one giant batch: at most ``MAX_BATCH_ROWS`` rows or ``MAX_BATCH_ELEMENTS`` nested result
+        elements (lists, maps) per batch."""
+        wm = self._wm
+        gens = [self._advance(key_value, ks, ks.seen if self.count_mode else wm, final)
+                for key_value, ks in self._key_state.items()]
+        # time windows: by instant, then key; count windows: by the event time of the element
+        # that closes the row, then key
+        order = (lambda r: (r[6], r[0])) if self.count_mode else (lambda r: (r[2], r[0]))
+        rows = gens[0] if len(gens) == 1 else heapq.merge(*gens, key=order)
+        out: list[pa.RecordBatch] = []
+        chunk: list = []
+        weight = 0
+        for r in rows:
+            chunk.append(r)
+            weight += 1 + _nested_size(r[5])
+            if len(chunk) >= MAX_BATCH_ROWS or weight >= MAX_BATCH_ELEMENTS:
+                out.append(self._rows_to_batch(chunk))
+                chunk, weight = [], 0
+        if chunk:
+            out.append(self._rows_to_batch(chunk))
+        return out
+
+    def _advance(self, key_value, ks: _Key, wm: int | None, final: bool):
+        """Generator of the key's result rows up to ``wm``, in instant order."""
+        if wm is None:
+            return
+        grid = self.grid
+        o = ks.origin
+        buf = ks.buf
+        # at the end of the input, also the instant that closes the data (first instant >= wm);
+        # a count window instead emits its incomplete window once more (below)
+        lo = ks.first
+        limit = grid.next_instant(o, wm - 1, lo) if final and not self.count_mode else wm
+        while True:
+            if ks.in_window == 0:
+                if ks.hi >= buf.end:
+                    break  # idle: nothing in the window, nothing pending
+                # skip the boundaries of an empty stretch up to the next pending element, but
+                # never past the limit: a row may still arrive between the limit and that element
+                # (out of order, within the lateness bound)
+                nxt = int(buf.slice(ks.hi, ks.hi + 1)[0][0])
+                jump = grid.prev_boundary(o, min(nxt, limit))
+                if jump > ks.done:
+                    ks.done = jump
+            # this loop runs once per emission and key: grid arithmetic is done once here
+            inst = grid.next_instant(o, ks.done, lo)
+            b = grid.next_boundary(o, ks.done, inst)
+            if b > limit:
+                break
+            hi_new = buf.search(b, ks.hi)
+            self._add_segment(ks, ks.hi, hi_new)
+            ks.done = b
+            if inst != b:
+                continue  # a window start that is no emission instant
+            s = grid.window_start(o, b, lo)
+            is_final = grid.L is not None and b == s + grid.L
+            self._evict(ks, s)
+            if ks.in_window > 0:
+                yield self._result_row(key_value, ks, s, b, is_final)
+            if self.any_reset and is_final:
+                for i, m in enumerate(self.modes):
+                    if m == "reset":
+                        ks.states[i] = self.aggs[i].aggregate.init()
+        n = buf.end
+        if final and self.count_mode and n > 0 and grid.next_instant(o, n - 1, lo) != n:
+            # the end of the input: the window being formed, [s, n) with n the elements seen,
+            # not final (it is incomplete: a complete one ends at an instant, emitted above)
+            self._add_segment(ks, ks.hi, n)
+            s = grid.window_start(o, n, lo)
+            self._evict(ks, s)
+            if ks.in_window > 0:
+                # closed by the end of the input: stamped with the stream's last event time, so
+                # rows stay in event-time order and are never behind a downstream watermark
+                row = self._result_row(key_value, ks, s, n, False)
+                yield row[:6] + (max(row[6], self.clock.high),) + row[7:]
+        keep_from = ks.lo if self.any_remove else ks.hi
+        if keep_from > buf.base:
+            buf.drop_before(keep_from)
+
+    def _add_segment(self, ks: _Key, a: int, b: int):
+        """Add elements ``[a, b)`` (times in ``[ks.done, boundary)``) as one segment."""
+        if b <= a:
+            return
+        _, cols = ks.buf.slice(a, b)
+        t = cols[self._col_index["__time"]]  # event times (count windows: not positions)
+        for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
+            values = agg_values(cols, self._agg_cols[i], t)
+            if mode == "pane":
+                ks.panes[i].push(spec.aggregate.add_batch(spec.aggregate.init(), values))
+            else:
+                ks.states[i] = spec.aggregate.add_batch(ks.states[i], values)
+        n = b - a
+        if self.grid.L is not None:
+            ks.seg_starts.append(ks.done)
+            ks.seg_counts.append(n)
+        ks.in_window += n
+        ks.last_time = int(cols[self._col_index["__time"]][-1])
+        if self.has_entry:
+            ks.entry = max(ks.entry, int(cols[self._col_index["__entry"]].max()))
+        ks.hi = b
+
+    def _evict(self, ks: _Key, s: int):
+        """Drop everything before window start ``s``."""
+        if self.grid.L is None:
+            return
+        starts, counts = ks.seg_starts, ks.seg_counts
+        while starts and starts[0] < s:
+            starts.popleft()
+            ks.in_window -= counts.popleft()
+            for p in ks.panes:
+                if p is not None:
+                    p.pop()
+        if self.any_remove:
+            # window starts are segment boundaries, so the window is exactly the newest
+            # ``in_window`` added elements: no search needed
+            lo_new = ks.hi - ks.in_window
+            if lo_new > ks.lo:
+                _, cols = ks.buf.slice(ks.lo, lo_new)
+                t = cols[self._col_index["__time"]]
+                live = None
+                for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
+                    if mode == "remove":
+                        a = spec.aggregate
+                        st = a.remove_batch(ks.states[i], agg_values(cols, self._agg_cols[i], t))
+                        if a.needs_rebuild(st):
+                            # large values left: recompute from the live elements, so the
+                            # residue of their removal cannot exceed the window's own magnitude
+                            if live is None:
+                                _, live = ks.buf.slice(lo_new, ks.hi)
+                            lt = live[self._col_index["__time"]]
+                            st = a.add_batch(a.init(), agg_values(live, self._agg_cols[i], lt))
+                        ks.states[i] = st
+                ks.lo = lo_new
+
+    def _result_row(self, key_value, ks: _Key, s: int, t: int, is_final: bool) -> tuple:
+        results = []
+        for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
+            if mode == "pane":
+                st = ks.panes[i].query()
+                results.append(spec.aggregate.result(spec.aggregate.init() if st is None else st))
+            else:
+                results.append(spec.aggregate.result(ks.states[i]))
+        return (ks.key_order, key_value, t, s, is_final, results,
+                ks.last_time, ks.entry)
+
+    def _rows_to_batch(self, rows: list) -> pa.RecordBatch:
+        schema = self.output_schema
+        arrays = []
+        nkeys = len(self.keys)
+        if nkeys == 1:
+            arrays.append(pa.array([r[1] for r in rows], type=schema.field(0).type))
+        elif nkeys > 1:
+            for j in range(nkeys):
+                arrays.append(pa.array([r[1][j] for r in rows], type=schema.field(j).type))
+        arrays.append(pa.array([r[3] for r in rows], type=pa.int64()))
+        arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
+        arrays.append(pa.array([r[4] for r in rows], type=pa.bool_()))
+        base = nkeys + 3
+        if self.count_mode:
+            arrays.append(pa.array([r[6] for r in rows], type=pa.int64()))
+            base += 1
+        for i, a in enumerate(self.aggs):
+            arrays.append(to_arrow([r[5][i] for r in rows], schema.field(base + i).type, a.name))
+        if self.has_entry:
+            arrays.append(pa.array([r[7] for r in rows], type=pa.int64()))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    # -- snapshot --------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        keys = []
+        for key_value, ks in self._key_state.items():
+            keys.append([
+                list(key_value) if isinstance(key_value, tuple) else key_value,
+                ks.origin, ks.done, ks.buf.to_state(), ks.hi, ks.lo, ks.states,
+                [p.to_state() if p is not None else None for p in ks.panes],
+                list(ks.seg_starts), list(ks.seg_counts), ks.in_window, ks.entry, ks.last_time, ks.seen,
+                ks.key_order, ks.first,
+            ])
+        return serde.packb({
+            "format": "epic.window/2", "clock": self.clock.to_state(), "wm": self._wm,
+            "held": None if self._held is None else table_bytes(self._held), "keys": keys,
+        })
+
+    def restore(self, data: bytes) -> None:
+        st = serde.unpackb(data)
+        if not isinstance(st, dict) or st.get("format") != "epic.window/2":
+            raise StateError("not a window operator snapshot (format epic.window/2)")
+        self.clock = EventClock.from_state(st["clock"])
+        self._wm = st["wm"]
+        self._held = None if st["held"] is None else table_from_bytes(st["held"])
+        self._key_state = {}
+        for (kv, origin, done, buf, hi, lo, states, panes, sstarts, scounts, inw, entry, last,
+             seen, order, first) in st["keys"]:
+            key_value = tuple(kv) if len(self.keys) > 1 else kv
+            self._key_state[key_value] = _Key(
+                origin=origin, done=done, buf=_Buffer.from_state(buf), hi=hi, lo=lo,
+                states=states,
+                panes=[_TwoStacks.from_state(a.aggregate, p) if p is not None else None
+                       for a, p in zip(self.aggs, panes)],
+                seg_starts=deque(sstarts), seg_counts=deque(scounts), in_window=inw, entry=entry,
+                last_time=last, seen=seen, key_order=order, first=first,
+            )
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def table_from_bytes(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def _nested_size(results: list) -> int:
+    """Elements inside list / map / struct results (0 for scalars): how heavy a row is."""
+    n = 0
+    for v in results:
+        if isinstance(v, dict):
+            for x in v.values():
+                if hasattr(x, "__len__") and not isinstance(x, (str, bytes)):
+                    n += len(x)
+        elif hasattr(v, "__len__") and not isinstance(v, (str, bytes)):
+            n += len(v)
+    return n
+
+
+def int_column(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    col = batch.column(name)
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.int64())
+    if col.null_count:
+        raise SpecError(f"event-time column {name!r} has nulls")
+    return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def value_column(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    col = batch.column(name)
+    if pa.types.is_integer(col.type) and col.null_count:
+        return np.array(col.to_pylist(), dtype=object)
+    return col.to_numpy(zero_copy_only=False)
+
+
+def agg_values(cols: list, idx: list[int], times: np.ndarray):
+    if not idx:
+        return times
+    if len(idx) == 1:
+        return cols[idx[0]]
+    return tuple(cols[i] for i in idx)
+
+
+def group_rows(batch: pa.RecordBatch, keys: tuple):
+    """[(key_value, row_indices or None)] in order of first appearance."""
+    if not keys:
+        return [(None, None)]
+    if len(keys) == 1:
+        col = batch.column(keys[0])
+        if pa.types.is_integer(col.type) and not col.null_count:
+            arr = col.to_numpy()
+            lo = arr.min().item()
+            if arr.max().item() - lo < 65536:
+                return _group_small_ints(arr, lo)
+            uniq, first, inv = np.unique(arr, return_index=True, return_inverse=True)
+            if len(uniq) == 1:
+                return [(uniq[0].item(), None)]
+            order = np.argsort(inv, kind="stable")
+            counts = np.bincount(inv, minlength=len(uniq))
+            splits = np.split(order, np.cumsum(counts)[:-1])
+            appearance = np.argsort(first, kind="stable")
+            return [(uniq[j].item(), splits[j]) for j in appearance]
+        enc = pc.dictionary_encode(col)
+        codes = enc.indices.to_numpy(zero_copy_only=False)
+        values = enc.dictionary.to_pylist()
+        if col.null_count:
+            codes = np.where(np.isnan(codes.astype(float)), len(values), codes).astype(np.int64)
+            values = values + [None]
+        return _split_codes(codes, values)
+    codes_list, dicts = [], []
+    for k in keys:
+        enc = pc.dictionary_encode(batch.column(k))
+        c = enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False)
+        codes_list.append(c.astype(np.int64))
+        dicts.append(enc.dictionary.to_pylist() + [None])
+    stacked = np.stack(codes_list, axis=1)
+    uniq, inv = np.unique(stacked, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    values = [tuple(d[c] for d, c in zip(dicts, row)) for row in uniq.tolist()]
+    return _split_codes(inv, values)
+
+
+def _group_small_ints(arr: np.ndarray, lo: int):
+    """``group_rows`` for integer keys spanning fewer than 2**16 values (sensor ids, ...).
+
+    Sorting 16-bit codes is a radix sort, an order of magnitude cheaper per batch than
+    ``np.unique`` (a comparison sort) followed by a stable argsort of its int64 inverse.
+    """
+    if arr.dtype.itemsize < 8:
+        arr = arr.astype(np.int64)  # narrow types would wrap around in the subtraction
+    codes = (arr - lo).astype(np.uint16)
+    counts = np.bincount(codes)
+    present = np.flatnonzero(counts)
+    if len(present) == 1:
+        return [(lo + int(present[0]), None)]
+    order = np.argsort(codes, kind="stable")
+    sizes = counts[present]
+    ends = np.cumsum(sizes)
+    splits = np.split(order, ends[:-1])
+    appearance = np.argsort(order[ends - sizes], kind="stable")  # by each key's first row
+    return [(lo + int(present[j]), splits[j]) for j in appearance.tolist()]
+
+
+def _split_codes(codes: np.ndarray, values: list):
+    uniq, first, inv = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    counts = np.bincount(inv, minlength=len(uniq))
+    splits = np.split(order, np.cumsum(counts)[:-1])
+    appearance = np.argsort(first, kind="stable")
+    if len(uniq) == 1:
+        return [(values[uniq[0]], None)]
+    return [(values[uniq[j]], splits[j]) for j in appearance]
+
+
+def to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        raise SpecError(f"aggregate {name!r}: result values do not fit its declared result type "
+                        f"{typ} ({exc}); set result_type on the aggregate") from exc
