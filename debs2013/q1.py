@@ -618,7 +618,7 @@ class RunningStats(Aggregate):
         return self.add_batch(state, (k, -t, -d))
 
     # group form: each increment is a one-hot (time, distance) vector of 12, so the window
-    # engine runs on prefix sums (epic.prefix_windows) with no Python per emitted row
+    # engine runs on prefix sums (epic.windows.prefix) with no Python per emitted row
     def lift(self, values):
         k, t, d = (np.asarray(a).astype(np.int64) for a in values)
         out = np.zeros((len(k), 12), np.int64)

@@ -652,7 +652,7 @@ class TeamShare(Aggregate):
     def result(self, state):
         return {"time_a": state[0] * 1e-12, "time_b": state[1] * 1e-12}
 
-    # group form (prefix-sum windows, epic.prefix_windows)
+    # group form (prefix-sum windows, epic.windows.prefix)
     def lift(self, values):
         a, b = values
         return np.stack([np.asarray(a, np.int64), np.asarray(b, np.int64)], axis=1)

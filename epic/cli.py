@@ -254,26 +254,23 @@ def topics_stat(directory: Path = typer.Argument(..., help="A topic directory.")
         _fail(exc)
 
 
-# ==============================================================================================
-# Spark runtime commands: `deploy`, `status`, `stop` are added below by the Spark runtime
-# (issue 4), using load_topology() and parse_params() above for the same topology discovery and
-# parameters as `epic run`. Keep pyspark imports inside those command functions.
-# ==============================================================================================
-__import__("epic.spark.cli", fromlist=["register"]).register(app)
-
-
 def _load_plugins(target: typer.Typer = app) -> None:
-    """Add the typer apps that installed packages register under the ``epic.cli`` entry-point
-    group (``epic debs ...`` comes from the debs2013 package this way)."""
+    """Add the commands that installed packages register under the ``epic.cli`` entry-point
+    group: a typer app becomes a sub-command group (``epic debs ...`` from the debs2013 package),
+    a function is called with the app to add top-level commands (``epic deploy``, ``status`` and
+    ``stop`` from the Spark runtime, ``epic.spark.cli:register``). The core CLI imports neither."""
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group="epic.cli"):
+    for ep in sorted(entry_points(group="epic.cli"), key=lambda e: e.name):
         try:
             sub = ep.load()
         except Exception as exc:  # a broken plugin must not take the whole CLI down
             typer.echo(f"epic: plugin {ep.name!r} ({ep.value}) failed to load: {exc}", err=True)
             continue
-        target.add_typer(sub, name=ep.name)
+        if isinstance(sub, typer.Typer):
+            target.add_typer(sub, name=ep.name)
+        else:
+            sub(target)
 
 
 _load_plugins()
