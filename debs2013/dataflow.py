@@ -634,6 +634,12 @@ def _seconds(ps: int) -> int | float:
     return value
 
 
+#: The Q1-Q3 operators feeding the windows emit in event-time order and hold their output watermark
+#: at what they may still emit, so no row reaches a window late; were one to, it is counted (the
+#: run's and the deploy's late_rows), not kept.
+_LATE = "drop"
+
+
 def _window_spec(length, period_ps: int, origin: int):
     ef = _seconds(period_ps)
     if length is None:
@@ -717,7 +723,7 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
         for label, length in _Q1_WINDOWS:
             w = t.window(f"q1b_{label}_window", inc,
                          _window_spec(length, q1cfg.emit_period_ps, origin), key="player_id",
-                         aggregates=[stats])
+                         aggregates=[stats], late=_LATE)
             rows = t.map(f"q1b_{label}_rows", w, to_event(q1b_rows), schema=Q1B_SCHEMA,
                          time="ts")
             sinks.add(f"q1b_{label}", rows, Q1B_SCHEMA.names)
@@ -739,7 +745,7 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
             for label, length in _Q2_WINDOWS:
                 w = t.window(f"q2team_{label}_window", slices,
                              _window_spec(length, q2cfg.team_period_ps, origin),
-                             aggregates=[share])
+                             aggregates=[share], late=_LATE)
                 rows = t.map(f"q2team_{label}_rows", w, to_event(team_rows),
                              schema=TEAM_POSSESSION_SCHEMA, time="ts")
                 sinks.add(f"q2teampossession_{label}", rows, TEAM_POSSESSION_SCHEMA.names)
@@ -757,7 +763,7 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
         for label, length in _Q3_WINDOWS:
             w = t.window(f"q3_{label}_window", heat,
                          _window_spec(length, q3cfg.period_ps, origin), key="player_id",
-                         aggregates=[hm])
+                         aggregates=[hm], late=_LATE)
             rows = t.flat_map(f"q3_{label}_rows", w,
                               to_event(functools.partial(q3_all_grids_chunked, config=q3cfg)),
                               schema=q3_out_schema(q3cfg), time="ts")

@@ -498,7 +498,7 @@ class SplitNode(Node):
 
 @dataclass(frozen=True)
 class MergeNode(Node):
-    """Time-ordered union of several streams with the same schema (see :mod:`epic.merge`)."""
+    """Time-ordered union of several streams with the same schema (see :mod:`epic.operators.merge`)."""
 
     idle_after: Any = None
     late: str = "emit"
@@ -992,7 +992,7 @@ class Topology:
 
     def merge(self, name: str, streams: Sequence[Stream], *, idle_after=None,
               late: str = "emit") -> Stream:
-        """Time-ordered union of ``streams`` (same schema and event time); see :mod:`epic.merge`.
+        """Time-ordered union of ``streams`` (same schema and event time); see :mod:`epic.operators.merge`.
 
         Args:
             idle_after: seconds of event time an input may lag the most advanced input before

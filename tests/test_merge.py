@@ -5,7 +5,7 @@ import pytest
 
 import epic
 from epic.errors import EpicError
-from epic.merge import MergeOperator
+from epic.operators.merge import MergeOperator
 
 SCH = pa.schema([("ts", pa.int64()), ("src", pa.string())])
 
