@@ -17,12 +17,12 @@ import importlib
 # Names resolve lazily, so importing a submodule that needs no Spark (``epic.spark.cli``, which
 # the ``epic`` command imports) does not import pyspark.
 _LAZY = {
-    "build_session": "session", "check_java": "session", "freeze_gc_once": "session",
+    "build_session": "session", "check_java": "session", "freeze_gc_once": "executor",
     "session_conf": "session", "TopicCommitMessage": "topic_sink",
     "TopicStreamWriter": "topic_sink", "FORMAT": "topic_source",
-    "TopicDataSource": "topic_source", "TopicOffset": "topic_source",
-    "TopicStreamReader": "topic_source", "batch_markers": "topic_source",
-    "offsets_from_progress": "topic_source", "register": "topic_source",
+    "TopicDataSource": "topic_source", "TopicOffset": "offsets",
+    "TopicStreamReader": "topic_source", "batch_markers": "offsets",
+    "offsets_from_progress": "offsets", "register": "topic_source",
 }
 
 

@@ -46,7 +46,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, Dat
                                     InputPartition, WriterCommitMessage)
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from epic.spark.session import freeze_gc_once
+from epic.spark.executor import freeze_gc_once
 from epic.spark.tags import HWM, IN, POS
 
 __all__ = ["Output", "Branch", "GroupPlan", "make_group_source", "make_commit_sink", "PTR_SCHEMA"]

@@ -803,7 +803,7 @@ class _Stats:
                 self.last[name] = prog[-1]
 
     def doc(self, state: str, elapsed: float, error: str | None = None) -> dict:
-        from epic.spark.topic_source import offsets_from_progress
+        from epic.spark.offsets import offsets_from_progress
 
         nodes = {}
         for name, q in self.d.queries.items():

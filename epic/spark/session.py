@@ -6,7 +6,6 @@ topic readers and writers) calls first.
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import shutil
@@ -16,7 +15,7 @@ from typing import Mapping
 
 from epic.errors import EpicError
 
-__all__ = ["build_session", "check_java", "freeze_gc_once", "session_conf", "MIN_JAVA",
+__all__ = ["build_session", "check_java", "session_conf", "MIN_JAVA",
            "LOG4J2_PROPERTIES", "log_config_file", "quiet_spark_logs"]
 
 #: Oldest Java that Spark 4 runs on.
@@ -251,21 +250,3 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
 
     register(spark)
     return spark
-
-
-_frozen = False
-
-
-def freeze_gc_once() -> None:
-    """Call ``gc.freeze()`` once per process; cheap to call on every task.
-
-    PySpark workers run a full ``gc.collect()`` after every task, which walks every object the
-    worker has ever imported (pyspark, pyarrow, numpy...). Moving what exists at the first call into
-    the permanent generation takes it out of those walks; with the checkpoint manager setting this
-    halved the fixed cost per micro-batch. Objects created later are still collected normally.
-    """
-    global _frozen
-    if not _frozen:
-        _frozen = True
-        gc.collect()
-        gc.freeze()

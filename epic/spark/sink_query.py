@@ -30,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from epic.spark.crash import crash_point
-from epic.spark.session import freeze_gc_once
+from epic.spark.executor import freeze_gc_once
 
 __all__ = ["make_file_sink_data_source", "read_sidecar"]
 
@@ -172,7 +172,7 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
             return _Part(final, part, rows)
 
         def commit(self, messages, batchId):
-            from epic.spark.topic_source import batch_markers, combine_markers
+            from epic.spark.offsets import batch_markers, combine_markers
 
             _, eos = combine_markers(batch_markers(checkpoint, batchId))
             parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.part)

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from epic.errors import EpicError
 from epic.operator import ENTRY_COLUMN
-from epic.spark.session import freeze_gc_once
+from epic.spark.executor import freeze_gc_once
 from epic.spark.tags import NO_WM, PHASE_ROWS, tag, with_tags
 
 __all__ = ["make_source_data_source"]

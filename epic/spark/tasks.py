@@ -31,7 +31,7 @@ import pyarrow.fs as pafs
 
 from epic import serde
 from epic.operators import build as build_operator
-from epic.spark.session import freeze_gc_once
+from epic.spark.executor import freeze_gc_once
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
                              STEP, WM, runs, step_of, tag, with_tags)
 from epic.topics import resolve_filesystem
@@ -275,7 +275,7 @@ def _run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[p
 # -- stateful ----------------------------------------------------------------------------------
 
 def _markers(spec: TaskSpec, batch_id: int):
-    from epic.spark.topic_source import batch_markers
+    from epic.spark.offsets import batch_markers
 
     offs = batch_markers(spec.checkpoint, batch_id)
     by_id = {o.topic_id: o for o in offs}

@@ -47,8 +47,8 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from epic.errors import EpicError
-from epic.spark.session import freeze_gc_once
-from epic.spark.topic_source import (batch_markers, checkpoint_is_fresh, combine_markers,
+from epic.spark.executor import freeze_gc_once
+from epic.spark.offsets import (batch_markers, checkpoint_is_fresh, combine_markers,
                                      combine_step)
 from epic.topics import TempSegment, Topic
 

@@ -33,12 +33,9 @@ Options (all optional except ``path``):
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -50,63 +47,20 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from epic.errors import EpicError
-from epic.spark.session import freeze_gc_once
-from epic.topics import SegmentMeta, Topic, resolve_filesystem
+from epic.spark.executor import freeze_gc_once
+from epic.spark.offsets import TopicOffset
+from epic.topics import SegmentMeta, Topic
 
 __all__ = [
     "TopicDataSource",
     "TopicStreamReader",
     "TopicPartition",
-    "TopicOffset",
     "register",
-    "batch_markers",
-    "offsets_from_progress",
     "FORMAT",
 ]
 
 #: The name to pass to ``spark.readStream.format`` / ``writeStream.format``.
 FORMAT = "epic_topic"
-
-
-@dataclass(frozen=True)
-class TopicOffset:
-    """A source offset as a value (what Spark stores as JSON).
-
-    Attributes:
-        topic_id: Id of the topic (from its manifest).
-        seq: Sequence number just past the last segment read.
-        watermark: Watermark of that segment, None if it had none (or nothing was read).
-        eos: Whether that segment ended the upstream stream.
-        step: The producer's progress counter at that segment (``epic deploy``), None if unknown.
-    """
-
-    topic_id: str
-    seq: int
-    watermark: int | None = None
-    eos: bool = False
-    step: int | None = None
-
-    def to_dict(self) -> dict:
-        """The JSON-able dict Spark stores; keys in a fixed order, since Spark compares offsets as
-        JSON text."""
-        d = {"epic_topic": self.topic_id, "seq": self.seq}
-        if self.watermark is not None:
-            d["watermark"] = self.watermark
-        d["eos"] = self.eos
-        if self.step is not None:
-            d["step"] = self.step
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TopicOffset:
-        """Parse :meth:`to_dict` output."""
-        return cls(topic_id=d["epic_topic"], seq=int(d["seq"]), watermark=d.get("watermark"),
-                   eos=bool(d.get("eos", False)), step=d.get("step"))
-
-    @staticmethod
-    def is_topic_offset(d: object) -> bool:
-        """Whether a parsed JSON offset came from this source."""
-        return isinstance(d, dict) and "epic_topic" in d and "seq" in d
 
 
 class TopicPartition(InputPartition):
@@ -302,100 +256,3 @@ def register(spark) -> None:
     if not getattr(spark, "_epic_topic_registered", False):
         spark.dataSource.register(TopicDataSource)
         spark._epic_topic_registered = True
-
-
-def _parse_offset_json(text: str) -> TopicOffset | None:
-    try:
-        d = json.loads(text)
-    except ValueError:
-        return None
-    return TopicOffset.from_dict(d) if TopicOffset.is_topic_offset(d) else None
-
-
-def combine_markers(offsets: Sequence[TopicOffset]) -> tuple[int | None, bool]:
-    """Watermark and end-of-stream of a node fed by ``offsets``: the minimum watermark over the
-    inputs that have not ended (unknown if one of them has none; an ended input no longer holds
-    time back, as in a merge), over all inputs once all ended; and the conjunction of
-    end-of-stream flags."""
-    if not offsets:
-        return None, False
-    live = [o for o in offsets if not o.eos] or list(offsets)
-    wms = [o.watermark for o in live]
-    wm = None if any(w is None for w in wms) else min(wms)
-    return wm, all(o.eos for o in offsets)
-
-
-def combine_step(offsets: Sequence[TopicOffset]) -> int | None:
-    """The largest progress counter (``step``) among ``offsets``, None if none carries one."""
-    steps = [o.step for o in offsets if o.step is not None]
-    return max(steps) if steps else None
-
-
-def batch_markers(checkpoint: str, batch_id: int) -> list[TopicOffset]:
-    """The topic offsets a query's micro-batch ``batch_id`` read up to, from its offset log.
-
-    Spark writes ``<checkpoint>/offsets/<batch_id>`` before the batch runs (a write-ahead log:
-    a version line, a metadata line, then one JSON offset per source, ``-`` for none), so sinks and
-    drivers can read it at any time during or after the batch.
-
-    Args:
-        checkpoint: The query's checkpoint location (path or pyarrow filesystem URI).
-        batch_id: The micro-batch id.
-
-    Returns:
-        One :class:`TopicOffset` per ``epic_topic`` source of the query, in source order.
-    """
-    fs, root = resolve_filesystem(checkpoint, None)
-    with fs.open_input_stream(f"{root}/offsets/{batch_id}") as f:
-        lines = f.read().decode().splitlines()
-    out = []
-    for line in lines[2:]:
-        o = _parse_offset_json(line)
-        if o is not None:
-            out.append(o)
-    if not out:
-        # Newer offset-log versions may store sources inside one JSON document: search it.
-        for line in lines[1:]:
-            out.extend(_find_offsets(_safe_json(line)))
-    return out
-
-
-def checkpoint_is_fresh(checkpoint: str) -> bool:
-    """Whether a query checkpoint has never planned a batch (no offset-log entry yet)."""
-    fs, root = resolve_filesystem(checkpoint, None)
-    infos = fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True))
-    return not any(i.base_name.isdigit() for i in infos)
-
-
-def _safe_json(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _find_offsets(node) -> list[TopicOffset]:
-    if TopicOffset.is_topic_offset(node):
-        return [TopicOffset.from_dict(node)]
-    if isinstance(node, str):
-        inner = _safe_json(node)
-        return _find_offsets(inner) if isinstance(inner, (dict, list)) else []
-    if isinstance(node, dict):
-        return [o for v in node.values() for o in _find_offsets(v)]
-    if isinstance(node, list):
-        return [o for v in node for o in _find_offsets(v)]
-    return []
-
-
-def offsets_from_progress(progress: dict | None) -> list[TopicOffset]:
-    """The topic end offsets of a ``StreamingQuery.lastProgress`` (or ``recentProgress`` item).
-
-    A driver watches upstream completion with it: a node's input has ended when every returned
-    offset has ``eos`` set.
-    """
-    if not progress:
-        return []
-    out = []
-    for src in progress.get("sources", []):
-        out.extend(_find_offsets(src.get("endOffset")))
-    return out
