@@ -27,7 +27,7 @@ import pyarrow as pa
 from debs2013 import constants as C
 from debs2013.readers import SENSOR_SCHEMA, GameMetadata
 from epic import serde
-from epic.errors import SpecError, StateError
+from epic.errors import SpecError
 
 __all__ = ["GAME_SCHEMA", "SENSOR", "STOP", "RESUME", "Roster", "marker_batch",
            "with_markers", "column", "floor_grid"]
@@ -170,13 +170,10 @@ class DictStateOperator:
     state_format = ""
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": self.state_format, **self._state})
+        return serde.pack_state(self.state_format, self._state)
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.pop("format", None) != self.state_format:
-            raise StateError(f"not a {type(self).__name__} snapshot (format {self.state_format})")
-        self._state = st
+        self._state = serde.unpack_state(data, self.state_format)
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         return []

@@ -49,7 +49,7 @@ from debs2013.q4 import Q4_SCHEMA, ShotOperator
 from debs2013.readers import (SENSOR_SCHEMA, interruption_markers, read_game_interruptions,
                               read_metadata, shared_dir)
 from epic import serde
-from epic.errors import SpecError, StateError
+from epic.errors import SpecError
 
 __all__ = ["DebsOptions", "build_topology", "OUTPUT_FILES", "Q3_OUT_SCHEMA", "ListingOne",
            "GameState", "PlayClock", "ToPlayTime", "WindowToEvent", "Then", "q3_all_grids",
@@ -242,12 +242,10 @@ class ToPlayTime:
         return []
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": "debs2013.to_play/1", "wm": self._wm})
+        return serde.pack_state("debs2013.to_play/1", {"wm": self._wm})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "debs2013.to_play/1":
-            raise StateError("not a ToPlayTime snapshot (format debs2013.to_play/1)")
+        st = serde.unpack_state(data, "debs2013.to_play/1")
         self._wm = st["wm"]
 
 
@@ -358,12 +356,10 @@ class GameState:
         return []
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": "debs2013.game_state/1", "stopped": self._stopped})
+        return serde.pack_state("debs2013.game_state/1", {"stopped": self._stopped})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "debs2013.game_state/1":
-            raise StateError("not a GameState snapshot (format debs2013.game_state/1)")
+        st = serde.unpack_state(data, "debs2013.game_state/1")
         self._stopped = st["stopped"]
 
 

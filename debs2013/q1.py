@@ -207,15 +207,13 @@ class RunningOperator:
             d = {k: v for k, v in p.items() if k != "knots"}
             d["knots"] = p["knots"].state()
             players.append(d)
-        return serde.packb({"format": "debs2013.q1/1", "players": players,
+        return serde.pack_state("debs2013.q1/1", {"players": players,
                             "frontier": self._frontier, "inst_done": self._inst_done,
                             "inc_done": self._inc_done, "ended": self._ended,
                             "q1a_held": [list(r) for r in self._q1a_held]})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "debs2013.q1/1":
-            raise StateError("not a RunningOperator snapshot (format debs2013.q1/1)")
+        st = serde.unpack_state(data, "debs2013.q1/1")
         if len(st["players"]) != self.roster.n:
             raise StateError("RunningOperator snapshot is for a different roster")
         self._players = []

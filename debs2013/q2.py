@@ -60,7 +60,7 @@ from debs2013.common import DictStateOperator, Roster, column, floor_grid, time_
 from debs2013.config import Q2Config
 from epic import serde
 from epic.aggregates import Aggregate
-from epic.errors import SpecError, StateError
+from epic.errors import SpecError
 
 __all__ = ["BALL", "HIT", "OUT", "STOP", "RESUME", "BALL_EVENT_SCHEMA", "BallHitter",
            "PossessionOperator", "PLAYER_POSSESSION_SCHEMA", "TEAM_SLICE_SCHEMA",
@@ -470,13 +470,10 @@ class PossessionOperator:
                    "frontier": _NO}
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": "debs2013.possession/1", **self._s})
+        return serde.pack_state("debs2013.possession/1", self._s)
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.pop("format", None) != "debs2013.possession/1":
-            raise StateError("not a PossessionOperator snapshot (format debs2013.possession/1)")
-        self._s = st
+        self._s = serde.unpack_state(data, "debs2013.possession/1")
 
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:

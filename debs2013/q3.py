@@ -50,7 +50,6 @@ from debs2013.common import Roster, column, floor_grid, time_ordered
 from debs2013.config import Q3Config
 from epic import serde
 from epic.aggregates import Aggregate
-from epic.errors import StateError
 
 __all__ = ["base_shape", "axis_edges", "HEATMAP_SCHEMA", "Q3_SCHEMA", "Q3_SCHEMA_EXACT", "q3_schema", "corner_values",
            "HeatMapOperator", "HeatMap", "q3_rows", "cell_of", "grid_weights"]
@@ -174,13 +173,11 @@ class HeatMapOperator:
                 "pt": np.zeros(0, np.int64), "pc": np.zeros(0, np.int64)}
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": "debs2013.q3/1", "done": self._done,
+        return serde.pack_state("debs2013.q3/1", {"done": self._done,
                             "frontier": self._frontier, "players": self._players})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "debs2013.q3/1":
-            raise StateError("not a HeatMapOperator snapshot (format debs2013.q3/1)")
+        st = serde.unpack_state(data, "debs2013.q3/1")
         self._done, self._frontier, self._players = st["done"], st["frontier"], st["players"]
 
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:

@@ -78,3 +78,26 @@ def unpackb(data: bytes):
         raise
     except Exception as exc:  # msgpack raises several unrelated types on corrupt input
         raise StateError(f"corrupt state: {exc}") from exc
+
+
+def pack_state(fmt: str, fields: dict) -> bytes:
+    """A snapshot: the named ``fields`` with their ``format`` tag (``"epic.window/2"``), as msgpack.
+
+    Every operator snapshot is such a map, so a snapshot names what it holds and a reader can
+    refuse one of another kind or version (:func:`unpack_state`)."""
+    if "format" in fields:
+        raise StateError("a snapshot field may not be called 'format'")
+    return packb({"format": fmt, **fields})
+
+
+def unpack_state(data: bytes, fmt: str) -> dict:
+    """The fields of a :func:`pack_state` snapshot; a :class:`StateError` naming both formats when
+    ``data`` is not a snapshot of format ``fmt``."""
+    st = unpackb(data)
+    found = st.get("format") if isinstance(st, dict) else None
+    if found != fmt:
+        raise StateError(f"not a {fmt} snapshot (found {found or 'no format tag'}); was the "
+                         "state written by another operator or an older epic? Restore the "
+                         "matching version or reset the node's state")
+    del st["format"]
+    return st

@@ -184,7 +184,7 @@ def test_lift_must_be_integer_and_snapshot_format_is_checked():
     with pytest.raises(SpecError, match="'f'.*integers"):
         op.on_batch(next(batches([(0, 1, 2)], [], False)))
     general = WindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k")
-    with pytest.raises(StateError, match="prefix window snapshot"):
+    with pytest.raises(StateError, match="not a epic.window.prefix/3 snapshot"):
         PrefixWindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k").restore(
             general.snapshot())
 

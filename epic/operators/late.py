@@ -6,7 +6,6 @@ import numpy as np
 import pyarrow as pa
 
 from .. import serde
-from ..errors import StateError
 from ..late import late_schema
 from ..timecore import EventClock
 
@@ -61,10 +60,8 @@ class LateOperator:
         return 0  # the rows are emitted, not lost
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": "epic.late/1", "clock": self.clock.to_state()})
+        return serde.pack_state("epic.late/1", {"clock": self.clock.to_state()})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.late/1":
-            raise StateError("not a late side output snapshot (format epic.late/1)")
+        st = serde.unpack_state(data, "epic.late/1")
         self.clock = EventClock.from_state(st["clock"])

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import serde
-from ..errors import EpicError, StateError
+from ..errors import EpicError
 
 __all__ = ["MergeOperator"]
 
@@ -173,14 +173,12 @@ class MergeOperator:
                 for b in self._pending:
                     w.write_batch(b)
             data = sink.getvalue().to_pybytes()
-        return serde.packb({"format": "epic.merge/1", "wm": self._wm, "ended": self._ended,
+        return serde.pack_state("epic.merge/1", {"wm": self._wm, "ended": self._ended,
                             "seq": self._seq, "frontier": self._frontier,
                             "late": self.late_rows, "pending": data})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.merge/1":
-            raise StateError("not a merge snapshot (format epic.merge/1)")
+        st = serde.unpack_state(data, "epic.merge/1")
         self._wm, self._ended = st["wm"], st["ended"]
         self._seq, self._frontier, self.late_rows = st["seq"], st["frontier"], st["late"]
         self._pending = list(pa.ipc.open_stream(st["pending"])) if st["pending"] else []

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import serde
-from ..errors import EpicError, NodeFailure, StateError
+from ..errors import EpicError, NodeFailure
 from ..operator import ENTRY_COLUMN
 from ..process import Context, Processor
 from ..process import default_on_batch as _default_on_batch
@@ -165,9 +165,7 @@ class ProcessOperator:
 
     def snapshot(self) -> bytes:
         keys = self._keys_by_id
-        return serde.packb({
-            "format": "epic.process/1",
-            "keys": [list(k) if isinstance(k, tuple) else k for k in keys],
+        return serde.pack_state("epic.process/1", {"keys": [list(k) if isinstance(k, tuple) else k for k in keys],
             "states": [[self._key_ids[k], s] for k, s in self._states.items()],
             "entry": [[self._key_ids[k], e]
                       for k, e in self._key_entry.items()],
@@ -176,9 +174,7 @@ class ProcessOperator:
         })
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.process/1":
-            raise StateError("not a process snapshot (format epic.process/1)")
+        st = serde.unpack_state(data, "epic.process/1")
         keys = [tuple(k) if isinstance(k, list) and len(self.keys) > 1 else k for k in st["keys"]]
         self._keys_by_id = keys
         self._key_ids = {k: i for i, k in enumerate(keys)}
@@ -250,12 +246,10 @@ class OperatorProcess:
         return self._out(self.op.on_end())
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": "epic.operator_process/1", "entry": self._entry,
+        return serde.pack_state("epic.operator_process/1", {"entry": self._entry,
                             "op": self.op.snapshot()})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.operator_process/1":
-            raise StateError(f"node {self.node!r}: not an operator process snapshot")
+        st = serde.unpack_state(data, "epic.operator_process/1")
         self._entry = st["entry"]
         self.op.restore(st["op"])

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import serde
-from ..errors import EpicError, NodeFailure, SpecError, StateError
+from ..errors import EpicError, NodeFailure, SpecError
 from ..operator import ENTRY_COLUMN
 from ..split import (
     _as_batch,
@@ -82,12 +82,10 @@ class SplitOperator:
         return [[] for _ in range(self.n)]
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": "epic.split/1", "position": self._position})
+        return serde.pack_state("epic.split/1", {"position": self._position})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.split/1":
-            raise StateError("not a splitstream snapshot (format epic.split/1)")
+        st = serde.unpack_state(data, "epic.split/1")
         self._position = st["position"]
 
     # helpers ---------------------------------------------------------------------------------
@@ -230,14 +228,12 @@ class CombineOperator:
         return [pa.RecordBatch.from_pylist(rows, schema=self.output_schema)]
 
     def snapshot(self) -> bytes:
-        return serde.packb({"format": "epic.combine/1", "order": self._order,
+        return serde.pack_state("epic.combine/1", {"order": self._order,
                             "watermark": self._watermark,
                             "groups": [[list(k), g] for k, g in self._groups.items()]})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.combine/1":
-            raise StateError("not a combine snapshot (format epic.combine/1)")
+        st = serde.unpack_state(data, "epic.combine/1")
         self._order = st["order"]
         self._watermark = st["watermark"]
         self._groups = {tuple(k): g for k, g in st["groups"]}

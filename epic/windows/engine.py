@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from .. import serde
 from ..aggregates import Aggregate, AggSpec
-from ..errors import SpecError, StateError
+from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
 from .spec import (FewCountWindow, PredicateWindow, WindowSpec, check_columns,
@@ -638,36 +638,36 @@ class WindowOperator(Clocked):
     def snapshot(self) -> bytes:
         keys = []
         for key_value, ks in self._key_state.items():
-            keys.append([
-                list(key_value) if isinstance(key_value, tuple) else key_value,
-                ks.origin, ks.done, ks.buf.to_state(), ks.hi, ks.lo, ks.states,
-                [p.to_state() if p is not None else None for p in ks.panes],
-                list(ks.seg_starts), list(ks.seg_counts), ks.in_window, ks.entry, ks.last_time, ks.seen,
-                ks.key_order, ks.first,
-            ])
-        return serde.packb({
-            "format": "epic.window/2", "clock": self.clock.to_state(), "wm": self._wm,
+            keys.append({
+                "key": list(key_value) if isinstance(key_value, tuple) else key_value,
+                "origin": ks.origin, "done": ks.done, "first": ks.first,
+                "buffer": ks.buf.to_state(), "hi": ks.hi, "lo": ks.lo, "states": ks.states,
+                "panes": [p.to_state() if p is not None else None for p in ks.panes],
+                "seg_starts": list(ks.seg_starts), "seg_counts": list(ks.seg_counts),
+                "in_window": ks.in_window, "entry": ks.entry, "last_time": ks.last_time,
+                "seen": ks.seen, "order": ks.key_order,
+            })
+        return serde.pack_state("epic.window/3", {
+            "clock": self.clock.to_state(), "wm": self._wm,
             "held": None if self._held is None else table_bytes(self._held), "keys": keys,
         })
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.window/2":
-            raise StateError("not a window operator snapshot (format epic.window/2)")
+        st = serde.unpack_state(data, "epic.window/3")
         self.clock = EventClock.from_state(st["clock"])
         self._wm = st["wm"]
         self._held = None if st["held"] is None else table_from_bytes(st["held"])
         self._key_state = {}
-        for (kv, origin, done, buf, hi, lo, states, panes, sstarts, scounts, inw, entry, last,
-             seen, order, first) in st["keys"]:
-            key_value = tuple(kv) if len(self.keys) > 1 else kv
+        for k in st["keys"]:
+            key_value = tuple(k["key"]) if len(self.keys) > 1 else k["key"]
             self._key_state[key_value] = _Key(
-                origin=origin, done=done, buf=_Buffer.from_state(buf), hi=hi, lo=lo,
-                states=states,
+                origin=k["origin"], done=k["done"], buf=_Buffer.from_state(k["buffer"]),
+                hi=k["hi"], lo=k["lo"], states=k["states"],
                 panes=[_TwoStacks.from_state(a.aggregate, p) if p is not None else None
-                       for a, p in zip(self.aggs, panes)],
-                seg_starts=deque(sstarts), seg_counts=deque(scounts), in_window=inw, entry=entry,
-                last_time=last, seen=seen, key_order=order, first=first,
+                       for a, p in zip(self.aggs, k["panes"])],
+                seg_starts=deque(k["seg_starts"]), seg_counts=deque(k["seg_counts"]),
+                in_window=k["in_window"], entry=k["entry"], last_time=k["last_time"],
+                seen=k["seen"], key_order=k["order"], first=k["first"],
             )
 
 

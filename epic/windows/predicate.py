@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from .. import serde
 from ..aggregates import AggSpec
-from ..errors import SpecError, StateError
+from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
 from .engine import Clocked, table_bytes, table_from_bytes, to_arrow
@@ -212,21 +212,19 @@ class PredicateWindowOperator(Clocked):
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def snapshot(self) -> bytes:
-        keys = [[list(kv) if isinstance(kv, tuple) else kv, st, self._order[kv]]
+        keys = [{"key": list(kv) if isinstance(kv, tuple) else kv, "position": st[0],
+                 "previous": st[1], "pending": st[2], "windows": st[3], "order": self._order[kv]}
                 for kv, st in self._state.items()]
-        return serde.packb({"format": "epic.predicate_window/2", "keys": keys,
-                            "clock": self.clock.to_state(),
-                            "held": None if self._held is None else table_bytes(self._held)})
+        return serde.pack_state("epic.predicate_window/3", {
+            "keys": keys, "clock": self.clock.to_state(),
+            "held": None if self._held is None else table_bytes(self._held)})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.predicate_window/2":
-            raise StateError("not a predicate window snapshot (format epic.predicate_window/2)")
+        st = serde.unpack_state(data, "epic.predicate_window/3")
         self.clock = EventClock.from_state(st["clock"])
         self._held = None if st["held"] is None else table_from_bytes(st["held"])
-        st = {"keys": st["keys"]}
         self._state, self._order = {}, {}
-        for kv, s, order in st["keys"]:
-            kv = tuple(kv) if len(self.keys) > 1 else kv
-            self._state[kv] = s
-            self._order[kv] = order
+        for k in st["keys"]:
+            kv = tuple(k["key"]) if len(self.keys) > 1 else k["key"]
+            self._state[kv] = [k["position"], k["previous"], k["pending"], k["windows"]]
+            self._order[kv] = k["order"]

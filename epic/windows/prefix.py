@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from .. import serde
 from ..aggregates import AggSpec
-from ..errors import SpecError, StateError
+from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
 from .engine import (MAX_BATCH_ROWS, NOT_STARTED, Clocked, agg_values, group_rows, int_column,
@@ -407,29 +407,32 @@ class PrefixWindowOperator(Clocked):
     def snapshot(self) -> bytes:
         keys = []
         for kv, ks in self._key_state.items():
-            keys.append([list(kv) if isinstance(kv, tuple) else kv, ks.origin, ks.done,
-                         ks.times[ks.head:ks.n].copy(), ks.cum[ks.head:ks.n].copy(),
-                         ks.ent[ks.head:ks.n].copy() if ks.with_ent else None,
-                         ks.base, ks.base_ent, ks.dropped, ks.key_order, ks.first])
-        return serde.packb({"format": "epic.window.prefix/2", "clock": self.clock.to_state(),
-                            "wm": self._wm, "widths": self._widths, "keys": keys})
+            keys.append({
+                "key": list(kv) if isinstance(kv, tuple) else kv, "origin": ks.origin,
+                "done": ks.done, "first": ks.first, "times": ks.times[ks.head:ks.n].copy(),
+                "sums": ks.cum[ks.head:ks.n].copy(),
+                "entries": ks.ent[ks.head:ks.n].copy() if ks.with_ent else None,
+                "base": ks.base, "base_entry": ks.base_ent, "dropped": ks.dropped,
+                "order": ks.key_order})
+        return serde.pack_state("epic.window.prefix/3", {
+            "clock": self.clock.to_state(), "wm": self._wm, "widths": self._widths,
+            "keys": keys})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpackb(data)
-        if not isinstance(st, dict) or st.get("format") != "epic.window.prefix/2":
-            raise StateError("not a prefix window snapshot (format epic.window.prefix/2)")
+        st = serde.unpack_state(data, "epic.window.prefix/3")
         self.clock = EventClock.from_state(st["clock"])
         self._wm = st["wm"]
         self._widths = st["widths"]
         self._key_state = {}
-        for kv, origin, done, times, cum, ent, base, base_ent, dropped, order, first in st["keys"]:
-            key_value = tuple(kv) if len(self.keys) > 1 else kv
-            times = np.asarray(times, np.int64)
-            k = sum(self._widths)
+        for k in st["keys"]:
+            key_value = tuple(k["key"]) if len(self.keys) > 1 else k["key"]
+            times = np.asarray(k["times"], np.int64)
+            width = sum(self._widths)
+            ent = k["entries"]
             self._key_state[key_value] = _PKey(
-                origin=origin, done=done, times=times.copy(),
-                cum=np.asarray(cum, np.int64).reshape(len(times), k).copy(),
+                origin=k["origin"], done=k["done"], times=times.copy(),
+                cum=np.asarray(k["sums"], np.int64).reshape(len(times), width).copy(),
                 ent=np.asarray(ent, np.int64).copy() if ent is not None else np.empty(0, np.int64),
-                head=0, n=len(times), base=np.asarray(base, np.int64).copy(),
-                base_ent=int(base_ent), dropped=int(dropped), key_order=int(order),
-                with_ent=self.has_entry, first=int(first))
+                head=0, n=len(times), base=np.asarray(k["base"], np.int64).copy(),
+                base_ent=int(k["base_entry"]), dropped=int(k["dropped"]),
+                key_order=int(k["order"]), with_ent=self.has_entry, first=int(k["first"]))
