@@ -290,6 +290,18 @@ class ProcessOperator:
 
     def snapshot(self) -> bytes:
         keys = self._keys_by_id
+        try:
+            return self._pack(keys)
+        except StateError as exc:
+            for k, s in self._states.items():  # name the key whose state is to blame
+                try:
+                    serde.packb(s)
+                except StateError:
+                    who = "the global state" if not self.keys else f"the state of key {k!r}"
+                    raise StateError(f"{who}: {exc}") from exc
+            raise
+
+    def _pack(self, keys) -> bytes:
         return serde.packb({
             "format": "epic.process/1",
             "keys": [list(k) if isinstance(k, tuple) else k for k in keys],

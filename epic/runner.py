@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from .errors import EpicError, NodeFailure
 from .operator import ENTRY_COLUMN, watermark_hold
+from .operator import check_state
 from .sources import Watermark
 from .topology import (MergeNode, Node, SinkNode, SourceNode, SplitNode, Stream, Topology)
 
@@ -147,6 +148,8 @@ class _Engine:
             outs = self._call(node, "split", op.split, batch)
         else:
             outs = self._call(node, "on_batch", op.on_batch, batch)
+        if st.batches_in == 1:
+            check_state(node.name, op)  # what deploy's first snapshot checks (epic/operator.py)
         self.emit(node, outs)
 
     def watermark(self, node: Node, idx: int, wm: int):
@@ -329,6 +332,8 @@ def _table(engine: _Engine, elapsed: float, name: str, final: bool = False):
 
 
 def _notes(result: RunResult) -> list[str]:
+    from rich.markup import escape
+
     notes = []
     for s in result.nodes.values():
         if s.late_rows:
@@ -337,5 +342,5 @@ def _notes(result: RunResult) -> list[str]:
         bad = s.extra.get("bad_lines")
         if bad:
             notes.append(f"[yellow]source {s.name!r}: {sum(bad.values())} bad line(s) "
-                         f"{bad} written to {s.extra.get('dead_letter')}[/yellow]")
+                         f"{bad} written to {escape(str(s.extra.get('dead_letter')))}[/yellow]")
     return notes

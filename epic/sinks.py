@@ -36,6 +36,7 @@ __all__ = [
     "collect_sink",
     "SinkOperator",
     "DELAY_COLUMNS",
+    "check_output_paths",
 ]
 
 #: Default names of the delay-logging columns a sink prepends.
@@ -80,6 +81,50 @@ class Sink:
 
     def describe(self) -> str:
         return type(self).__name__
+
+
+def _probe_dir(d: str, what: str) -> None:
+    """Create directory ``d`` if needed and write and delete a probe file in it."""
+    import uuid
+
+    from .errors import OutputError
+
+    try:
+        os.makedirs(d, exist_ok=True)
+        probe = os.path.join(d, f".epic-probe-{uuid.uuid4().hex}")
+        with open(probe, "wb") as f:
+            f.write(b"x")
+        os.remove(probe)
+    except OSError as exc:
+        raise OutputError(d, exc, what=f"{what}: the directory cannot be written",
+                          fix="create it or fix its permissions, or choose another path") from None
+
+
+def check_output_paths(topology) -> None:
+    """Refuse, before anything runs, a topology whose output directories cannot be written:
+    every CSV / Parquet / topic sink's directory (and a file sink's ``.epic`` commit directory
+    used by ``epic deploy``), and every lenient CSV source's dead-letter directory.
+
+    Raises:
+        OutputError: naming the node and the directory.
+    """
+    from .errors import OutputError
+    from .sources import CsvSource
+    from .topology import SinkNode, SourceNode
+
+    for n in topology.topological_order():
+        if isinstance(n, SinkNode) and isinstance(n.sink, (CsvSink, ParquetSink)):
+            path = os.path.abspath(n.sink.path)
+            if os.path.isdir(path):
+                raise OutputError(path, "it is a directory", what=f"sink {n.name!r}",
+                                  fix="give a file path")
+            _probe_dir(os.path.dirname(path), f"sink {n.name!r}")
+        elif isinstance(n, SinkNode) and isinstance(n.sink, TopicSink):
+            _probe_dir(os.path.abspath(n.sink.path), f"sink {n.name!r}")
+        elif isinstance(n, SourceNode) and isinstance(n.source, CsvSource) \
+                and n.source.dead_letter:
+            _probe_dir(os.path.dirname(os.path.abspath(n.source.dead_letter)),
+                       f"source {n.name!r} (dead-letter file)")
 
 
 def _parent(path: str):
@@ -157,12 +202,38 @@ class ParquetSink(Sink):
     blocking: bool = True  # the file is readable only once closed
 
     def open(self, schema, time, unit, node):
+        import uuid
+
         import pyarrow.parquet as pq
+
+        from .errors import OutputError
 
         _parent(self.path)
         out = self.output_schema(schema)
-        w = pq.ParquetWriter(self.path, out)
-        return _Writer(lambda b, wm: w.write_batch(b), lambda wm: w.close())
+        # Written to a temp file renamed at the end: the file is only readable once closed, and
+        # a failed write (a full disk) must not leave a broken file under the final name.
+        tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
+                           f".{os.path.basename(self.path)}.{uuid.uuid4().hex}.tmp")
+
+        def guarded(fn):
+            def call(*args):
+                try:
+                    return fn(*args)
+                except OSError as exc:
+                    try:
+                        os.remove(tmp)
+                    except OSError:
+                        pass
+                    raise OutputError(self.path, exc, fix="free space or fix the permissions"
+                                      " and rerun") from None
+            return call
+
+        w = guarded(pq.ParquetWriter)(tmp, out)
+
+        def close(wm):
+            w.close()
+            os.replace(tmp, self.path)
+        return _Writer(guarded(lambda b, wm: w.write_batch(b)), guarded(close))
 
     def describe(self):
         return f"parquet {os.path.basename(self.path)}"

@@ -113,8 +113,8 @@ _NAME_RE = re.compile(
     r"^(?P<seq>\d{20})\.(?P<producer>[A-Za-z0-9_-]+)\.b(?P<batch>\d+)"
     r"\.p(?P<part>\d+)of(?P<parts>\d+)\.r(?P<rows>\d+)\.arrow$"
 )
-_PRODUCER_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_CONSUMER_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PRODUCER_RE = re.compile(r"\A[A-Za-z0-9_-]+\Z")  # \Z: "$" would accept a trailing newline
+_CONSUMER_RE = re.compile(r"\A[A-Za-z0-9_.-]+\Z")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 
 from epic import serde
 from epic.errors import EpicError, NodeFailure
+from epic.operator import snapshot_state
 from epic.operator import watermark_hold
 from epic.spark.session import freeze_gc_once
 from epic.spark.tags import (IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS, STEP,
@@ -423,7 +424,8 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa
             call("on_end", tag(s, PHASE_END))
 
     store.save(batch_id, serde.packb({
-        "op": op.snapshot(), "applied": applied, "ended": ended, "inputs_ended": inputs_ended,
+        "op": snapshot_state(op, node.name), "applied": applied, "ended": ended,
+        "inputs_ended": inputs_ended,
         "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
         "last_tag": last_tag}))
     if spec.workdir:
