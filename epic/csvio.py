@@ -375,12 +375,17 @@ class CsvBatchReader:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epic-csv")
         ahead: deque[tuple[_Block, Future]] = deque()
 
+        unreadable: list[InputError] = []  # the file could not be read on (a cut .gz)
+
         def parsed() -> Iterator[tuple[_Block, pa.Table | None]]:
-            for block in self._blocks():
-                ahead.append((block, executor.submit(self._fast, block)))
-                if len(ahead) > _PREFETCH:
-                    done, future = ahead.popleft()
-                    yield done, future.result()
+            try:
+                for block in self._blocks():
+                    ahead.append((block, executor.submit(self._fast, block)))
+                    if len(ahead) > _PREFETCH:
+                        done, future = ahead.popleft()
+                        yield done, future.result()
+            except InputError as exc:
+                unreadable.append(exc)  # raised once the blocks read before it are handed over
             while ahead:
                 done, future = ahead.popleft()
                 yield done, future.result()
@@ -408,6 +413,8 @@ class CsvBatchReader:
                     writer.writerow((item.line, item.reason, item.text))
                 self._lines += block.n_lines
             yield from self._emit(pending, full_only=False)
+            if unreadable:
+                raise unreadable[0]
         finally:
             for _, future in ahead:
                 future.cancel()
