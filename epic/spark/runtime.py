@@ -970,9 +970,9 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     from epic.sinks import check_output_paths
     from epic.spark.lock import WorkdirLock
 
-    check_output_paths(topology)
     lock = WorkdirLock(wd).acquire()  # before anything in wd changes; dropped even on SIGKILL
     try:
+        check_output_paths(topology)  # before any query starts
         return _deploy_locked(topology, wd, master=master, ui=ui, fuse=fuse, io=io,
                               retention=retention, progress=progress, console=console,
                               spark=spark, batch_rows=batch_rows, partitions=partitions,

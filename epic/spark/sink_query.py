@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from epic.spark.crash import crash_point
+from epic.spark.crash import crash_point, fault_point
 from epic.spark.session import freeze_gc_once
 
 __all__ = ["make_file_sink_data_source", "read_sidecar", "deploy_id"]
@@ -252,10 +252,15 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
                     with open(path, "r+b") as f:
                         f.truncate(length)
                         f.seek(length)
-                        for i, m in enumerate(parts):
+                        wrote = False
+                        for m in parts:
                             _append_file(f, m.path)
-                            if i == 0:
+                            if not wrote and f.tell() > committed:
+                                # Tests: after the first part that wrote bytes (a fused query's
+                                # first parts can be empty files).
+                                wrote = True
                                 crash_point("sink-commit", workdir)
+                                fault_point("sink-commit", workdir)
                         f.flush()
                         os.fsync(f.fileno())
                         length = f.tell()
