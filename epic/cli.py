@@ -321,6 +321,13 @@ def _load_plugins(target: typer.Typer = app) -> None:
         except Exception as exc:  # a broken plugin must not take the whole CLI down
             typer.echo(f"epic: plugin {ep.name!r} ({ep.value}) failed to load: {exc}", err=True)
             continue
+        if not isinstance(sub, typer.Typer):
+            # e.g. an entry point of another installed version of epic: skipping it keeps every
+            # command working instead of failing each one with a typer traceback.
+            if os.environ.get("EPIC_DEBUG"):
+                typer.echo(f"epic: plugin {ep.name!r} ({ep.value}) is a {type(sub).__name__}, "
+                           "not a typer.Typer: ignored", err=True)
+            continue
         target.add_typer(sub, name=ep.name)
 
 

@@ -62,7 +62,7 @@ def test_p01_corrupt_committed_segment_stops_epic_run(tmp_path, damage):
         Path(mid.path).write_bytes(os.urandom(mid.size))
     else:
         os.remove(mid.path)
-    topo = tmp_path / "copy.py"
+    topo = tmp_path / "topic_copy.py"
     topo.write_text(TOPIC_COPY)
     res = _epic("run", topo, "--no-summary", "--", "--topic", tmp_path / "t",
                 "--out", tmp_path / "out.csv")
