@@ -2,7 +2,7 @@
 
 The deploy-level fault tests (a corrupt segment during a deploy, a full file system during a sink
 commit, a second deploy on one work directory, a SIGKILL in a fused CSV sink commit) are in
-``tests/spark/test_faults.py``.
+``tests/spark/test_deploy_faults.py``.
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def test_p09_syntax_error_shows_file_line_and_error(tmp_path):
 
 
 def test_p10_workdir_lock_refuses_a_second_holder_and_is_not_stale(tmp_path):
-    """Point 10 (unit level; the deploy-level test is in tests/spark/test_faults.py): a second
+    """Point 10 (unit level; the deploy-level test is in tests/spark/test_deploy_faults.py): a second
     holder is refused with the first's pid and host; a lock whose holder died is taken over."""
     import socket
     import sys

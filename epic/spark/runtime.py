@@ -704,9 +704,10 @@ class _Deploy:
             return bool(rec and rec.get("eos"))
         path = sink.path if isinstance(sink, TopicSink) else self.sink_topic(node)
         try:
-            return Topic.open(path).status().eos
+            topic = Topic.open(path)
         except EpicError:
-            return False
+            return False  # not created yet
+        return topic.status().eos  # a corrupt segment raises: the deploy stops, naming it
 
     def failure(self) -> EpicError | None:
         for name, q in self.queries.items():
