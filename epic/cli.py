@@ -25,7 +25,7 @@ from rich.console import Console
 from .errors import EpicError, TopologyError
 from .topology import Topology, param_scope
 
-__all__ = ["app", "load_topology", "parse_params"]
+__all__ = ["app", "load_topology", "parse_params", "say"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="epic: continuous queries over streams. `epic run topology.py` runs one "
@@ -85,6 +85,27 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
     try:
         with param_scope(params or {}) as scope:
             spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        # The file, line and caret, not the import machinery's 45-line traceback.
+        where = f"{exc.filename or path}:{exc.lineno}" + (f":{exc.offset}" if exc.offset else "")
+        text = (exc.text or "").rstrip("\n")
+        caret = ""
+        if text and exc.offset:
+            lead = len(text) - len(text.lstrip())
+            caret = "\n    " + text.strip() + "\n    " + " " * max(0, exc.offset - 1 - lead) + "^"
+        raise TopologyError(f"{where}: {type(exc).__name__}: {exc.msg}{caret}\n"
+                            "(the topology file does not compile; --debug shows the traceback)"
+                            ) from exc
+    except EpicError:
+        raise
+    except Exception as exc:
+        import traceback
+
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if os.path.abspath(f.filename) == str(path.resolve())]
+        where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+        raise TopologyError(f"{where}: {type(exc).__name__}: {exc} (raised while importing the "
+                            "topology file; --debug shows the traceback)") from exc
     finally:
         try:
             sys.path.remove(folder)
@@ -112,10 +133,31 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
     return next(iter(unique.values()))
 
 
-def _fail(exc: Exception) -> None:
-    _err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, markup=True,
-               soft_wrap=True)
+def say(console: Console, label: str, style: str, message: object) -> None:
+    """Print ``label: message`` with only the label styled: messages hold user data (CSV fields,
+    paths, schemas) that must appear literally, never be read as rich markup."""
+    from rich.text import Text
+
+    console.print(Text.assemble((f"{label}:", style), " ", str(message)), highlight=False,
+                  soft_wrap=True)
+
+
+def _fail(exc: BaseException) -> None:
+    if os.environ.get("EPIC_DEBUG"):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    say(_err, "error", "bold red", exc)
     raise typer.Exit(code=1)
+
+
+def _set_debug(debug: bool) -> None:
+    if debug:
+        os.environ["EPIC_DEBUG"] = "1"  # also read by the deploy command and its helpers
+
+
+DebugOpt = typer.Option(False, "--debug", help="On an error, also print the full traceback.",
+                        callback=_set_debug, is_eager=True, expose_value=False)
 
 
 def _load(ctx: typer.Context, topology: Path, name, params) -> Topology:
@@ -140,7 +182,8 @@ def run(ctx: typer.Context,
         stats: Optional[Path] = typer.Option(None, "--stats",
                                              help="Write run counters as JSON here."),
         graph: Optional[Path] = typer.Option(None, "--graph",
-                                             help="Draw the graph with measured edge widths.")):
+                                             help="Draw the graph with measured edge widths."),
+        debug: bool = DebugOpt):
     """Run a topology in this process, deterministically (the reference result).
 
     Extra options after `--` are topology parameters: epic run topo.py -- --input data.csv
@@ -150,7 +193,10 @@ def run(ctx: typer.Context,
     try:
         t = _load(ctx, topology, name, param)
         for w in t.validate(warn=False):
-            _err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+            say(_err, "warning", "yellow", w)
+        from .preflight import check_output_paths
+
+        check_output_paths(t)
         show = sys.stderr.isatty() if progress is None else progress
         result = run_topology(t, progress=show, summary=summary, console=_err, validate=False)
         if stats is not None:
@@ -159,7 +205,7 @@ def run(ctx: typer.Context,
         if graph is not None:
             from .graph_render import render
             _, msg = render(t, graph, result.edges)
-            _err.print(msg, highlight=False)
+            _err.print(msg, highlight=False, markup=False)
     except EpicError as exc:
         _fail(exc)
 
@@ -168,7 +214,8 @@ def run(ctx: typer.Context,
 def validate(ctx: typer.Context,
              topology: Path = TopologyArg,
              name: Optional[str] = NameOpt,
-             param: Optional[List[str]] = ParamOpt):
+             param: Optional[List[str]] = ParamOpt,
+             debug: bool = DebugOpt):
     """Build and check a topology without running it; list its nodes and streams."""
     try:
         t = _load(ctx, topology, name, param)
@@ -180,7 +227,7 @@ def validate(ctx: typer.Context,
                          + ("" if s.bounded else " unbounded") for s in n.outputs)
         typer.echo(f"{n.name:<24} {n.kind:<12} {outs or '-'}")
     for w in warnings_:
-        _err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        say(_err, "warning", "yellow", w)
     typer.echo(f"ok: topology {t.name!r}, {len(t.nodes)} nodes, "
                f"{sum(len(n.outputs) for n in t.nodes.values())} streams, "
                f"{len(warnings_)} warning(s)")
@@ -197,7 +244,8 @@ def graph(ctx: typer.Context,
                                                help="Counters from `epic run --stats` for "
                                                     "edge widths."),
           measure: bool = typer.Option(False, "--run",
-                                       help="Run the topology first; widths follow row counts.")):
+                                       help="Run the topology first; widths follow row counts."),
+          debug: bool = DebugOpt):
     """Draw the dataflow: nodes, streams, split fan-outs (Graphviz DOT)."""
     import json
 

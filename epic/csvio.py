@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from epic.errors import InputError, SpecError
+from epic.errors import InputError, OutputError, SpecError
 
 __all__ = [
     "STRICT",
@@ -205,16 +205,20 @@ def _int_bounds(type_: pa.DataType) -> tuple[int, int]:
     return 0, (1 << bits) - 1
 
 
-def _make_checker(fld: pa.Field) -> _Checker:
-    """The careful pass's validator for one column."""
+def _make_checker(fld: pa.Field, required: str | None = None) -> _Checker:
+    """The careful pass's validator for one column; ``required`` (why the column needs a value)
+    makes an empty field bad even in a nullable column."""
     type_ = fld.type
-    nullable = fld.nullable
+    nullable = fld.nullable and required is None
     is_string = pa.types.is_string(type_) or pa.types.is_large_string(type_)
 
     def missing(text: str) -> tuple[str, str] | None:
-        return None if nullable else (MISSING_VALUE, f"empty value in non-nullable {type_} column")
+        if nullable:
+            return None
+        return MISSING_VALUE, (f"empty value: {required}" if required
+                               else f"empty value in non-nullable {type_} column")
 
-    if is_string:
+    if is_string and required is None:
         # strings_can_be_null=False: an empty string is a value, never a null.
         return lambda text: None
 
@@ -280,6 +284,7 @@ class CsvBatchReader:
         batch_rows: int = 1 << 20,
         block_size: int = 16 << 20,
         use_threads: bool = True,
+        required: Mapping[str, str] | None = None,
     ):
         if mode not in (STRICT, LENIENT):
             raise SpecError(f"mode={mode!r}: use {STRICT!r} (stop at the first bad line) or "
@@ -310,8 +315,13 @@ class CsvBatchReader:
         self._batch_rows = batch_rows
         self._block_size = block_size
         self._names = list(schema.names)
-        self._checkers = [_make_checker(f) for f in schema]
-        self._non_nullable = [i for i, f in enumerate(schema) if not f.nullable]
+        required = dict(required or {})
+        unknown = sorted(set(required) - set(self._names))
+        if unknown:
+            raise SpecError(f"required={unknown}: not columns of the schema {self._names}")
+        self._checkers = [_make_checker(f, required.get(f.name)) for f in schema]
+        self._non_nullable = [i for i, f in enumerate(schema)
+                              if not f.nullable or f.name in required]
         self._read_options = pacsv.ReadOptions(column_names=self._names, use_threads=use_threads,
                                                block_size=1 << 20)
         self._parse_options = pacsv.ParseOptions(
@@ -365,12 +375,17 @@ class CsvBatchReader:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epic-csv")
         ahead: deque[tuple[_Block, Future]] = deque()
 
+        unreadable: list[InputError] = []  # the file could not be read on (a cut .gz)
+
         def parsed() -> Iterator[tuple[_Block, pa.Table | None]]:
-            for block in self._blocks():
-                ahead.append((block, executor.submit(self._fast, block)))
-                if len(ahead) > _PREFETCH:
-                    done, future = ahead.popleft()
-                    yield done, future.result()
+            try:
+                for block in self._blocks():
+                    ahead.append((block, executor.submit(self._fast, block)))
+                    if len(ahead) > _PREFETCH:
+                        done, future = ahead.popleft()
+                        yield done, future.result()
+            except InputError as exc:
+                unreadable.append(exc)  # raised once the blocks read before it are handed over
             while ahead:
                 done, future = ahead.popleft()
                 yield done, future.result()
@@ -398,6 +413,8 @@ class CsvBatchReader:
                     writer.writerow((item.line, item.reason, item.text))
                 self._lines += block.n_lines
             yield from self._emit(pending, full_only=False)
+            if unreadable:
+                raise unreadable[0]
         finally:
             for _, future in ahead:
                 future.cancel()
@@ -437,12 +454,38 @@ class CsvBatchReader:
         next_line = 1
         rest = b""
         first = True
+        broken: BaseException | None = None
         with pa.input_stream(self._path, compression="detect") as stream:
             while True:
                 # A fresh buffer per block: the previous one may still be parsed on another thread.
                 buf = bytearray(len(rest) + self._block_size)
                 buf[:len(rest)] = rest
-                got = stream.readinto(memoryview(buf)[len(rest):])
+                if broken is not None:
+                    # Decompression failed (a cut or damaged .gz); the complete lines before it
+                    # were handed over.
+                    raise InputError(
+                        f"cannot read on ({broken}): the compressed file is truncated or damaged"
+                        f" after line {next_line - 1}, the last complete line read. Fix: "
+                        "recompress or re-download it (gzip -t checks it)",
+                        path=self._path, line=next_line)
+                view = memoryview(buf)[len(rest):]
+                got = 0
+                try:
+                    # In 1 MiB steps: what was decompressed before an error is kept.
+                    while got < len(view):
+                        k = stream.readinto(view[got:got + (1 << 20)])
+                        if k == 0:
+                            break
+                        got += k
+                except (OSError, pa.ArrowInvalid) as exc:
+                    broken = exc
+                    view.release()
+                    del buf[len(rest) + got:]
+                    end = buf.rfind(b"\n") + 1
+                    if end == 0:
+                        continue  # no complete line: report
+                    got = end - len(rest)
+                view.release()
                 eof = got == 0
                 del buf[len(rest) + got:]
                 if first and buf:
@@ -625,6 +668,7 @@ def read_csv_batches(
     batch_rows: int = 1 << 20,
     block_size: int = 16 << 20,
     use_threads: bool = True,
+    required: Mapping[str, str] | None = None,
 ) -> CsvBatchReader:
     """Stream a CSV file as record batches of exactly ``schema``.
 
@@ -640,6 +684,9 @@ def read_csv_batches(
         batch_rows: rows per yielded batch (the last one may be shorter).
         block_size: bytes handed to pyarrow at a time; also the unit a bad line slows down.
         use_threads: let pyarrow parse a block on several threads.
+        required: columns that need a value although their field is nullable, each with the
+            reason shown for an empty one (an event-time column: ``{"ts": "ts is the event
+            time"}``); such a line is a :data:`MISSING_VALUE` bad line.
 
     Returns:
         A single-use iterable of ``pyarrow.RecordBatch``; its ``stats`` holds the counts.
@@ -658,7 +705,7 @@ def read_csv_batches(
     """
     return CsvBatchReader(path, schema, header=header, delimiter=delimiter, quote_char=quote_char,
                           mode=mode, dead_letter=dead_letter, batch_rows=batch_rows,
-                          block_size=block_size, use_threads=use_threads)
+                          block_size=block_size, use_threads=use_threads, required=required)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -713,6 +760,8 @@ class CsvWriter:
         self._float_format = float_format
         self._sink: pa.NativeFile | None = None
         self._rows = 0
+        self._good = 0  # file length after the last complete write: whole rows end there
+        self._closed_on_error = False
         # Characters that force quoting of a string value (Python's csv QUOTE_MINIMAL rule).
         self._needs_quote = "[" + re.escape(delimiter + '"\r\n') + "]"
         # background=True: formatting and writing run on one worker thread (pyarrow releases the
@@ -780,8 +829,35 @@ class CsvWriter:
         self._pending.append(self._pool.submit(self._write, table))
 
     def _write(self, table: pa.Table) -> None:
+        try:
+            self._write_rows(table)
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def _failed(self, exc: OSError) -> OutputError:
+        """Cut the file back to its last whole row (a shorter length needs no space) and say
+        which file and which error."""
+        try:
+            if self._sink is not None:
+                self._sink.close()
+        except OSError:
+            pass
+        self._sink = None
+        self._closed_on_error = True
+        try:
+            if os.path.exists(self._path) and os.path.getsize(self._path) > self._good:
+                os.truncate(self._path, self._good)
+        except OSError:
+            pass
+        return OutputError(self._path, exc, fix="free space or fix the permissions; the file "
+                           f"ends with the {self._rows} rows written before")
+
+    def _write_rows(self, table: pa.Table) -> None:
+        if self._closed_on_error:
+            raise OSError("the file was closed after an earlier write error")
         if self._sink is None:
             self._sink = self._open(table.column_names)
+            self._good = self._sink.tell()
         if not self._quoting_needed(table):
             # pyarrow's own quoting styles quote every string, so quote-free tables (the common
             # case) are written unquoted by pyarrow and the rare others by Python's csv module.
@@ -794,6 +870,7 @@ class CsvWriter:
                 writer.writerow(["" if v is None else v for v in row])
             self._sink.write(text.getvalue().encode("utf-8"))
         self._rows += table.num_rows
+        self._good = self._sink.tell()
 
     def close(self) -> None:
         """Flush and close the file (after every pending background write)."""
@@ -810,12 +887,20 @@ class CsvWriter:
                 self._pending.clear()
         if error is not None:
             if self._sink is not None:
-                self._sink.close()
+                try:
+                    self._sink.close()
+                except OSError:
+                    pass
             raise error
-        if self._sink is None and self._columns is not None:
-            self._sink = self._open(self._columns)
-        if self._sink is not None:
-            self._sink.close()
+        if self._closed_on_error:
+            return
+        try:
+            if self._sink is None and self._columns is not None:
+                self._sink = self._open(self._columns)
+            if self._sink is not None:
+                self._sink.close()
+        except OSError as exc:
+            raise self._failed(exc) from None
 
     def __enter__(self) -> CsvWriter:
         return self

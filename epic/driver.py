@@ -13,6 +13,8 @@ operator through one :class:`NodeDriver`, so the rules below exist once:
   process node's hold); None until every input has one.
 * **Input ends**: a merge hears of each (``on_input_end``); the node ends (``on_end``) once all
   its inputs have ended, and forwards nothing after that.
+* **State**: after the node's first rows, one trial snapshot (``check_state``) validates the
+  operator's state, as every ``epic deploy`` snapshot does (``snapshot_state``).
 * **Failures**: a user exception becomes :class:`~epic.errors.NodeFailure` naming the node, the
   operator function and the batch (``batch``: the runtime's batch number).
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import EpicError, NodeFailure
-from .operator import watermark_hold
+from .operator import check_state, watermark_hold
 
 __all__ = ["NodeDriver"]
 
@@ -57,6 +59,9 @@ class NodeDriver:
         self.ended = False
         #: the runtime's batch number, named in failures
         self.batch: int | None = None
+        #: validate the state after the first rows (epic run; a Spark task snapshots anyway)
+        self.check = True
+        self._checked = False
 
     # -- calls ---------------------------------------------------------------------------------
     def _guard(self, what: str, fn, *args):
@@ -70,15 +75,25 @@ class NodeDriver:
             raise NodeFailure(self.name, label, self.batch, exc) from exc
 
     def rows(self, batch, input: int = 0, before=None):
-        """Rows of input ``input``; returns the operator's output (per port for a split)."""
+        """Rows of input ``input``; returns the operator's output (per port for a split).
+
+        After the node's first rows, a trial snapshot validates its state (with
+        ``check_state``): a state no checkpoint could hold fails every runtime at the same
+        point, naming the node and the offending type."""
         op = self.op
         if self.split:
-            return self._guard("split", op.split, batch)
-        if self.merge:
-            return self._guard("on_batch", op.on_batch, batch, input)
-        if before is not None and self.stream_clock:
-            return self._guard("on_batch", op.on_batch, batch, before)
-        return self._guard("on_batch", op.on_batch, batch)
+            out = self._guard("split", op.split, batch)
+        elif self.merge:
+            out = self._guard("on_batch", op.on_batch, batch, input)
+        elif before is not None and self.stream_clock:
+            out = self._guard("on_batch", op.on_batch, batch, before)
+        else:
+            out = self._guard("on_batch", op.on_batch, batch)
+        if not self._checked:
+            self._checked = True
+            if self.check:
+                check_state(self.name, op)
+        return out
 
     def observe(self, high: int | None):
         """The input stream reached event time ``high`` in rows this operator did not get."""

@@ -8,6 +8,7 @@ __all__ = [
     "TopologyError",
     "InputError",
     "StateError",
+    "OutputError",
     "NodeFailure",
 ]
 
@@ -46,6 +47,24 @@ class InputError(EpicError):
 
 class StateError(EpicError):
     """Operator state could not be snapshotted or restored (wrong format, version or content)."""
+
+
+class OutputError(EpicError):
+    """An output file could not be written (disk full, no permission...): names the path and the
+    operating system's error. The output is left ending with whole rows: what was written before
+    the failure (``epic run``) or the last committed micro-batch (``epic deploy``)."""
+
+    def __init__(self, path: str, exc: BaseException | str, *, what: str = "cannot write",
+                 fix: str | None = None):
+        import os
+
+        reason = exc if isinstance(exc, str) else (
+            f"{os.strerror(exc.errno)} (errno {exc.errno})" if isinstance(exc, OSError)
+            and exc.errno else f"{type(exc).__name__}: {exc}")
+        super().__init__(f"{path}: {what}: {reason}"
+                         + (f". Fix: {fix}" if fix else ""))
+        self.path = path
+        self.cause = exc
 
 
 class NodeFailure(EpicError):

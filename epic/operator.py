@@ -29,7 +29,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
-__all__ = ["Operator", "ENTRY_COLUMN", "watermark_hold"]
+__all__ = ["Operator", "ENTRY_COLUMN", "watermark_hold", "snapshot_state", "check_state"]
 
 #: Reserved column carrying, per row, the wall-clock arrival time (ns since the epoch) of the newest
 #: input row that contributed to it (EPIC's delay logging). Operators propagate it when present.
@@ -63,3 +63,36 @@ def watermark_hold(op, watermark: int) -> int:
     """The watermark a runtime forwards after ``op`` handled input up to ``watermark``."""
     hold = getattr(op, "output_watermark", None)
     return watermark if hold is None else min(watermark, int(hold))
+
+
+def snapshot_state(op, node: str) -> bytes:
+    """``op.snapshot()``; a state that cannot be serialised raises a
+    :class:`~epic.errors.StateError` naming ``node`` and the offending type.
+
+    Both runtimes validate state here: ``epic deploy`` at every snapshot (the end of each
+    micro-batch), ``epic run`` once, after a node's first input batch (:func:`check_state`), so a
+    state ``deploy`` cannot checkpoint fails ``epic run`` too, early and with the same message.
+    """
+    from .errors import EpicError, StateError
+
+    try:
+        data = op.snapshot()
+    except StateError as exc:
+        if str(exc).startswith(f"node {node!r}"):
+            raise
+        raise StateError(f"node {node!r}: {exc}") from exc
+    except EpicError:
+        raise
+    except Exception as exc:  # a user operator's own snapshot()
+        raise StateError(f"node {node!r}: snapshot() raised {type(exc).__name__}: {exc}; state "
+                         "must be msgpack bytes (epic.serde.packb), never pickle") from exc
+    if not isinstance(data, (bytes, bytearray)):
+        raise StateError(f"node {node!r}: snapshot() returned {type(data).__name__}, not bytes; "
+                         "return epic.serde.packb(state)")
+    return bytes(data)
+
+
+def check_state(node: str, op) -> None:
+    """The in-process runner's state check: one trial :func:`snapshot_state` (bytes discarded)."""
+    if hasattr(op, "snapshot"):
+        snapshot_state(op, node)

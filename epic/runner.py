@@ -322,6 +322,8 @@ def _table(engine: _Engine, elapsed: float, name: str, final: bool = False):
 
 
 def _notes(result: RunResult) -> list[str]:
+    from rich.markup import escape
+
     notes = []
     for s in result.nodes.values():
         if s.late_rows:
@@ -330,5 +332,5 @@ def _notes(result: RunResult) -> list[str]:
         bad = s.extra.get("bad_lines")
         if bad:
             notes.append(f"[yellow]source {s.name!r}: {sum(bad.values())} bad line(s) "
-                         f"{bad} written to {s.extra.get('dead_letter')}[/yellow]")
+                         f"{bad} written to {escape(str(s.extra.get('dead_letter')))}[/yellow]")
     return notes

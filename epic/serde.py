@@ -31,11 +31,21 @@ def _default(obj):
     if isinstance(obj, int):  # beyond 64 bits
         return msgpack.ExtType(_EXT_BIGINT, str(obj).encode())
     if isinstance(obj, (set, frozenset)):
-        raise StateError("sets cannot be stored in state: use a sorted list or a dict")
+        raise StateError(f"state holds a {type(obj).__name__} ({_short(obj)}), which cannot be "
+                         "checkpointed. Fix: use a sorted list, or a dict with True values")
     raise StateError(
-        f"state of type {type(obj).__name__} cannot be serialised without pickle; use numbers, "
-        "str, bytes, lists, dicts or numpy arrays"
+        f"state holds a {type(obj).__module__}.{type(obj).__qualname__} ({_short(obj)}), which "
+        "cannot be checkpointed without pickle. Fix: use numbers, str, bytes, lists, dicts or "
+        "numpy arrays"
     )
+
+
+def _short(obj) -> str:
+    try:
+        text = repr(obj)
+    except Exception:  # noqa: BLE001 - only for the message
+        text = object.__repr__(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _pack_obj_array(arr: np.ndarray) -> bytes:

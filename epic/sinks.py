@@ -154,12 +154,38 @@ class ParquetSink(Sink):
     blocking: bool = True  # the file is readable only once closed
 
     def open(self, schema, time, unit, node):
+        import uuid
+
         import pyarrow.parquet as pq
+
+        from .errors import OutputError
 
         _parent(self.path)
         out = self.output_schema(schema)
-        w = pq.ParquetWriter(self.path, out)
-        return _Writer(lambda b, wm: w.write_batch(b), lambda wm: w.close())
+        # Written to a temp file renamed at the end: the file is only readable once closed, and
+        # a failed write (a full disk) must not leave a broken file under the final name.
+        tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
+                           f".{os.path.basename(self.path)}.{uuid.uuid4().hex}.tmp")
+
+        def guarded(fn):
+            def call(*args):
+                try:
+                    return fn(*args)
+                except OSError as exc:
+                    try:
+                        os.remove(tmp)
+                    except OSError:
+                        pass
+                    raise OutputError(self.path, exc, fix="free space or fix the permissions"
+                                      " and rerun") from None
+            return call
+
+        w = guarded(pq.ParquetWriter)(tmp, out)
+
+        def close(wm):
+            w.close()
+            os.replace(tmp, self.path)
+        return _Writer(guarded(lambda b, wm: w.write_batch(b)), guarded(close))
 
     def describe(self):
         return f"parquet {os.path.basename(self.path)}"

@@ -124,7 +124,9 @@ class CsvSource(Source):
             os.makedirs(os.path.dirname(os.path.abspath(self.dead_letter)), exist_ok=True)
         reader = read_csv_batches(self.path, self.schema, header=self.header,
                                   delimiter=self.delimiter, mode=self.mode,
-                                  dead_letter=self.dead_letter, batch_rows=self.batch_rows)
+                                  dead_letter=self.dead_letter, batch_rows=self.batch_rows,
+                                  required={self.time: f"{self.time!r} is the event-time column; "
+                                            "every row needs one"})
 
         def stats():
             st = reader.stats

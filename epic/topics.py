@@ -22,8 +22,17 @@ files never contain pickles.
 single committer renames it to its final name (an atomic rename within one directory). The parts of
 one batch get consecutive sequence numbers and are renamed in part order; readers only see a batch
 whose parts are *all* present, so a batch becomes visible atomically with the rename of its last
-part. A final file that does not end with the IPC end-of-stream marker (truncated) is ignored, and
-so is everything under ``_tmp``.
+part. Everything under ``_tmp``, and any file not named like a segment, is ignored.
+
+**Corruption is an error, never a silent skip.** A committed segment (a final file whose batch is
+complete, or which a later segment follows) that is truncated (no IPC end-of-stream marker),
+unreadable, holds another row count than its name says, or is missing (a gap in the sequence
+numbers above the retention floor, or a batch with parts missing below the newest segment) makes
+every reader raise :class:`~epic.errors.InputError` naming the topic, the segment and the batch:
+its rows would otherwise be lost without a trace. Only an incomplete batch at the very end of the
+topic is invisible without error: a commit in flight, or one a crash interrupted (the producer's
+replay deletes and redoes it). Retention records the sequence number below which it may delete
+segments in ``_retention.json`` before deleting any, so its gaps are told apart from lost files.
 
 **Exactly once.** :meth:`Topic.commit_batch` is idempotent per ``(producer, batch_id)``: if the batch
 (or a later batch of the same producer) is already complete, the new temps are deleted; if only some
@@ -52,7 +61,6 @@ import json
 import os
 import re
 import uuid
-import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
@@ -84,6 +92,7 @@ __all__ = [
 TIME_UNITS = ("s", "ms", "us", "ns", "ps")
 
 MANIFEST_NAME = "_topic.json"
+RETENTION_NAME = "_retention.json"
 SEGMENTS_DIR = "segments"
 TMP_DIR = "_tmp"
 CONSUMERS_DIR = "consumers"
@@ -104,8 +113,8 @@ _NAME_RE = re.compile(
     r"^(?P<seq>\d{20})\.(?P<producer>[A-Za-z0-9_-]+)\.b(?P<batch>\d+)"
     r"\.p(?P<part>\d+)of(?P<parts>\d+)\.r(?P<rows>\d+)\.arrow$"
 )
-_PRODUCER_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_CONSUMER_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PRODUCER_RE = re.compile(r"\A[A-Za-z0-9_-]+\Z")  # \Z: "$" would accept a trailing newline
+_CONSUMER_RE = re.compile(r"\A[A-Za-z0-9_.-]+\Z")
 
 
 @dataclass(frozen=True)
@@ -449,7 +458,26 @@ class Topic:
         out.sort(key=lambda s: s.seq)
         return out
 
+    def _floor(self) -> int:
+        """Sequence number below which retention may have deleted segments (0 if it never ran)."""
+        try:
+            with self.fs.open_input_stream(f"{self.root}/{RETENTION_NAME}") as f:
+                return int(json.loads(f.read())["floor"])
+        except FileNotFoundError:
+            return 0
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            raise InputError(f"topic {self.uri}: unreadable retention record ({e}); it holds the "
+                             "sequence number below which segments were deleted on purpose. "
+                             "Fix: restore it, or write {\"floor\": N} with N the smallest "
+                             "sequence number present", path=f"{self.root}/{RETENTION_NAME}") \
+                from None
+
+    def corrupt(self, s: SegmentInfo | str, why: str) -> InputError:
+        """The error a reader raises for a committed segment it cannot read (see the module doc)."""
+        return corrupt_segment_error(self.uri, s if isinstance(s, str) else s.path, why)
+
     def _is_intact(self, s: SegmentInfo) -> bool:
+        """Whether the file ends with the IPC end-of-stream marker; False if it is gone."""
         key = (s.name, s.size)
         ok = self._valid.get(key)
         if ok is None:
@@ -458,39 +486,79 @@ class Topic:
                     ok = s.size >= len(_IPC_EOS) and f.read_at(len(_IPC_EOS),
                                                                  s.size - len(_IPC_EOS)) == _IPC_EOS
             except (FileNotFoundError, OSError):
-                return False  # deleted by retention meanwhile: not cached, simply absent
-            if not ok:
-                warnings.warn(f"topic {self.uri}: ignoring truncated segment {s.name}",
-                              stacklevel=3)
-            self._valid[key] = ok
+                return False  # not cached: the caller decides whether it is gone on purpose
+            if ok:
+                self._valid[key] = ok
         return ok
 
     def segments(self, start: int = 0, end: int | None = None) -> list[SegmentInfo]:
         """Visible segments with ``start <= seq < end``, in sequence order.
 
         A segment is visible when every part of its batch is present and intact. Sequence numbers
-        have gaps: iterate over this list, never compute the next number.
+        have gaps (retention): iterate over this list, never compute the next number.
+
+        Raises:
+            InputError: a committed segment in the range is truncated or missing (module doc).
         """
         finals = self._list_final()
+        floor = self._floor()  # read after listing: a deletion seen in the listing is covered
+        # Sequence numbers are consecutive and retention keeps the newest segment, so a reader
+        # never stands past the newest segment + 1 unless committed segments vanished.
+        newest = finals[-1].seq if finals else -1
+        if start > max(newest + 1, floor):
+            raise InputError(
+                f"topic {self.uri}: a reader is at sequence number {start} but the newest "
+                f"segment is {newest if finals else 'none'}: committed segments it read were "
+                f"deleted (or the topic was re-created under its readers). {_LOST}")
+        if not finals:
+            return []
         groups: dict[tuple[str, int], list[SegmentInfo]] = {}
         for s in finals:
             groups.setdefault((s.producer, s.batch_id), []).append(s)
+        top = finals[-1].seq
         visible = []
         for s in finals:
             if s.seq < start or (end is not None and s.seq >= end):
                 continue
             g = groups[(s.producer, s.batch_id)]
             if len(g) != s.parts or {x.part for x in g} != set(range(s.parts)):
-                continue
-            if all(self._is_intact(x) for x in g):
+                if max(x.seq for x in g) == top:
+                    continue  # the newest batch, being committed (or its commit crashed)
+                raise self.corrupt(s, f"batch {s.batch_id} of producer {s.producer!r} has parts "
+                                      f"{sorted(x.part for x in g)} of 0..{s.parts - 1}: a "
+                                      "committed part is missing")
+            for x in g:
+                if not self._is_intact(x):
+                    if self.fs.get_file_info(x.path).type == pafs.FileType.NotFound:
+                        if x.seq < self._floor():
+                            break  # deleted by retention meanwhile: simply absent
+                        raise self.corrupt(x, "the committed segment was deleted")
+                    raise self.corrupt(x, "the file is truncated (no Arrow IPC end-of-stream "
+                                          "marker)")
+            else:
                 visible.append(s)
+        lo = max(start, floor)
+        hi = top if end is None else min(top, end - 1)
+        if hi >= lo:
+            present = {s.seq for s in finals if lo <= s.seq <= hi}
+            if len(present) != hi - lo + 1:
+                gone = next(q for q in range(lo, hi + 1) if q not in present)
+                before = [s for s in finals if s.seq < gone]
+                after = next(s for s in finals if s.seq > gone)
+                raise InputError(
+                    f"topic {self.uri}: the committed segment with sequence number {gone} is "
+                    f"missing (between {before[-1].name if before else 'the start'} and "
+                    f"{after.name}; retention deletes only below {floor}). {_LOST}")
         return visible
 
     def segment_meta(self, segment: SegmentInfo | str) -> SegmentMeta:
         """Read a segment's metadata (its schema message only, not its data)."""
         path = segment.path if isinstance(segment, SegmentInfo) else segment
-        with self.fs.open_input_stream(path) as f:
-            return SegmentMeta.from_metadata(ipc.open_stream(f).schema.metadata)
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return SegmentMeta.from_metadata(ipc.open_stream(f).schema.metadata)
+        except (OSError, pa.ArrowInvalid, ValueError) as e:
+            raise self.corrupt(path, f"{type(e).__name__}: {e}") from None
 
     def status(self) -> TopicStatus:
         """Newest visible segment's sequence number, watermark and end-of-stream flag.
@@ -516,10 +584,14 @@ class Topic:
     def read_segment(self, segment: SegmentInfo | str) -> tuple[SegmentMeta, list[pa.RecordBatch]]:
         """Read one whole segment: its metadata and its record batches (schema metadata removed)."""
         path = segment.path if isinstance(segment, SegmentInfo) else segment
-        with self.fs.open_input_stream(path) as f:
-            reader = ipc.open_stream(f)
-            meta = SegmentMeta.from_metadata(reader.schema.metadata)
-            batches = [b.replace_schema_metadata(None) for b in reader]
+        try:
+            with self.fs.open_input_stream(path) as f:
+                reader = ipc.open_stream(f)
+                meta = SegmentMeta.from_metadata(reader.schema.metadata)
+                batches = [b.replace_schema_metadata(None) for b in reader]
+        except (OSError, pa.ArrowInvalid, ValueError) as e:
+            raise self.corrupt(path, f"{type(e).__name__}: {e}") from None
+        check_segment_rows(self.uri, path, sum(b.num_rows for b in batches))
         return meta, batches
 
     def read(self, start: int = 0, end: int | None = None
@@ -624,7 +696,7 @@ class Topic:
             full.append(self.write_temp([], producer=producer, batch_id=batch_id,
                                         part=full[-1].part + 1, watermark=watermark, eos=eos,
                                         step=step))
-        seq0 = finals[-1].seq + 1 if finals else 0
+        seq0 = max(finals[-1].seq + 1 if finals else 0, self._floor())
         out = []
         for i, t in enumerate(full):
             name = _segment_name(seq0 + i, producer, batch_id, i, len(full), t.rows)
@@ -752,6 +824,11 @@ class Topic:
             last_batch[s.producer] = max(last_batch.get(s.producer, s.batch_id), s.batch_id)
         doomed = [s for s in finals if s.seq < low and s.seq != newest
                   and s.batch_id != last_batch[s.producer]]
+        if doomed:
+            # Recorded before anything is deleted: readers tell these gaps from lost files.
+            floor = max(self._floor(), max(s.seq for s in doomed) + 1)
+            _atomic_write(self.fs, f"{self.root}/{RETENTION_NAME}",
+                          json.dumps({"floor": floor}).encode())
         self._delete([s.path for s in doomed])
         return doomed
 
@@ -817,6 +894,30 @@ class TempWriter:
             self.close()
         else:
             self.discard()
+
+
+_LOST = ("Its rows would be lost, so the consumer stops. Fix: restore the file from a backup, or "
+         "reset the topic from its producer (docs/deploy.md, 'Corrupt topics and sidecars')")
+
+
+def corrupt_segment_error(topic: str, path: str, why: str) -> InputError:
+    """An :class:`InputError` for a committed segment that cannot be read: names the topic, the
+    segment, its producer and batch, and what the user does about it."""
+    name = path.rsplit("/", 1)[-1]
+    m = _NAME_RE.match(name)
+    what = (f"segment {name} (producer {m['producer']!r}, batch {m['batch']}, part "
+            f"{int(m['part']) + 1} of {m['parts']})" if m else f"segment {name}")
+    err = InputError(f"topic {topic}: {what} is corrupt: {why}. {_LOST}")
+    err.path = path
+    return err
+
+
+def check_segment_rows(topic: str, path: str, rows: int) -> None:
+    """Raise :func:`corrupt_segment_error` if ``rows`` differs from the count in the file name."""
+    m = _NAME_RE.match(path.rsplit("/", 1)[-1])
+    if m and int(m["rows"]) != rows:
+        raise corrupt_segment_error(topic, path, f"it holds {rows} rows, its name says "
+                                                 f"{m['rows']}")
 
 
 def _atomic_write(fs: pafs.FileSystem, path: str, data: bytes) -> None:

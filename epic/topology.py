@@ -61,7 +61,27 @@ __all__ = [
 ]
 
 #: Node names become checkpoint directories, topic producers and Spark query names.
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# \Z, not $: "$" also matches before a trailing newline, and a name "x\n" made deploy hang.
+NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_-]*\Z")
+
+
+def _name_problem(name: str) -> str:
+    """Why ``name`` is not a valid node / topology name, in words, with the fix."""
+    bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "_-"))})
+    shown = ", ".join(repr(c) for c in bad)
+    if any(c.isspace() or not c.isprintable() for c in bad):
+        fix = f"remove the whitespace or control character(s) {shown}"
+        stripped = name.strip()
+        if stripped and NAME_RE.match(stripped):
+            fix += f" (e.g. name it {stripped!r})"
+    elif bad:
+        fix = f"replace the character(s) {shown}"
+    elif not name:
+        fix = "give a non-empty name"
+    else:
+        fix = "start it with a letter or '_'"
+    return (f"is not valid. Fix: {fix}; use letters, digits, '_' and '-', starting with a letter "
+            "or '_' (names become checkpoint, topic and file names)")
 
 
 class TopologyWarning(UserWarning):
@@ -211,9 +231,9 @@ class Node:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
-            raise TopologyError(
-                f"node name {self.name!r} is not valid. Fix: use letters, digits, '_' and '-', "
-                "starting with a letter or '_' (names become checkpoint and topic identities)")
+            raise TopologyError(f"node name {self.name!r} " + (
+                _name_problem(self.name) if isinstance(self.name, str)
+                else "is not valid. Fix: give a string"))
         object.__setattr__(self, "inputs", tuple(self.inputs))
         for s in self.inputs:
             if not isinstance(s, Stream):
@@ -698,8 +718,9 @@ class Topology:
 
     def __init__(self, name: str, *, delay_logging: bool = False):
         if not isinstance(name, str) or not NAME_RE.match(name):
-            raise TopologyError(f"topology name {name!r} is not valid. Fix: use letters, digits, "
-                                "'_' and '-'")
+            raise TopologyError(f"topology name {name!r} " + (
+                _name_problem(name) if isinstance(name, str) else "is not valid. Fix: give a "
+                                                                  "string"))
         self.name = name
         self.delay_logging = bool(delay_logging)
         self._nodes: dict[str, Node] = {}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from epic import csvio
 from epic.csvio import CsvWriter, read_csv_batches, write_csv
-from epic.errors import InputError, SpecError
+from epic.errors import InputError, OutputError, SpecError
 
 SCHEMA = pa.schema([
     pa.field("sid", pa.int32(), nullable=False),
@@ -264,5 +264,5 @@ def test_background_writer_writes_the_same_bytes_and_reports_failures(tmp_path):
     assert paths[True].read_text().count("\n") == 1 + 40 * 50
     w = CsvWriter(tmp_path / "missing-dir" / "x.csv", background=True)
     w.write(batches[0])  # the failed open happens on the worker thread
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="missing-dir/x.csv: cannot write: No such file"):
         w.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
@@ -114,35 +115,75 @@ def test_failed_attempt_temps_cleaned(topic):
     assert topic.read_table().column("ts").to_pylist() == [1]
 
 
-def test_orphan_and_truncated_files_ignored(topic):
-    """Temp files, foreign files and truncated finals are never read."""
+def test_orphan_and_foreign_files_ignored(topic):
+    """Temp files, foreign files and a newest batch still being committed are never read."""
     topic.append([batch([1, 2])], producer="p", batch_id=0)
     topic.write_temp([batch([99])], producer="q", batch_id=0)  # orphan temp, never committed
     with open(os.path.join(topic.segments_dir, "notes.txt"), "w") as f:
         f.write("not a segment")
     good = topic.segments()[0]
-    data = open(good.path, "rb").read()
-    # A truncated final file (e.g. copied by hand, or a disk that lied about fsync).
-    truncated = os.path.join(topic.segments_dir, "00000000000000000001.p.b1.p0of1.r2.arrow")
-    with open(truncated, "wb") as f:
-        f.write(data[:-8])
-    with pytest.warns(UserWarning, match="truncated"):
-        segs = topic.segments()
-    assert [s.seq for s in segs] == [0]
+    # Part 1 of 2 of the newest batch: a commit in flight (or interrupted by a crash).
+    with open(os.path.join(topic.segments_dir, "00000000000000000001.p.b1.p0of2.r2.arrow"),
+              "wb") as f:
+        f.write(open(good.path, "rb").read())
+    assert [s.seq for s in topic.segments()] == [0]
     assert topic.read_table().column("ts").to_pylist() == [1, 2]
-    # The next commit still gets a fresh sequence number past the bad file.
-    assert topic.append([batch([3])], producer="p", batch_id=2)[0].seq == 2
 
 
-def test_gaps_in_sequence(topic):
-    """Readers list segments; reading from an offset inside a gap works."""
-    topic.append([batch([1])], producer="p", batch_id=0)
-    topic.append([batch([2])], producer="p", batch_id=1)
-    topic.append([batch([3])], producer="p", batch_id=2)
-    os.remove(topic.segments()[1].path)  # leaves seq 0 and 2
-    assert [s.seq for s in topic.segments()] == [0, 2]
-    assert topic.read_table(start=1).column("ts").to_pylist() == [3]
-    assert topic.read_table(start=0, end=2).column("ts").to_pylist() == [1]
+def _three_segments(topic):
+    for i in range(3):
+        topic.append([batch([10 * i + j for j in range(10)])], producer="p", batch_id=i)
+    return topic.segments()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "garbage_keep_tail", "delete",
+                                    "delete_part"])
+def test_corrupt_committed_segment_is_an_error(topic, damage):
+    """Point 1: a committed segment that is truncated, overwritten or deleted stops every reader
+    with an error naming the topic, the segment and the batch; its 10 of 30 rows are not lost
+    silently."""
+    segs = _three_segments(topic)
+    mid = segs[1]
+    data = open(mid.path, "rb").read()
+    if damage == "truncate":
+        open(mid.path, "wb").write(data[: len(data) // 2])
+    elif damage == "garbage":
+        open(mid.path, "wb").write(b"\x00garbage" * 50)
+    elif damage == "garbage_keep_tail":  # the tail check passes; reading must not
+        open(mid.path, "wb").write(b"\x07" * (len(data) - 8) + data[-8:])
+    elif damage == "delete":
+        os.remove(mid.path)
+    else:  # one part of a two-part batch, with a later batch after it
+        topic.commit_batch("p", 5, [topic.write_temp([batch([60])], producer="p", batch_id=5,
+                                                     part=i) for i in range(2)])
+        topic.append([batch([70])], producer="p", batch_id=6)
+        mid = [s for s in topic.segments() if s.batch_id == 5][1]
+        os.remove(mid.path)
+    with pytest.raises(InputError) as err:
+        topic.read_table()
+    msg = str(err.value)
+    assert f"topic {topic.uri}" in msg and "docs/deploy.md" in msg
+    if damage == "delete":
+        assert "sequence number 1 is missing" in msg and segs[2].name in msg
+    elif damage == "delete_part":
+        assert "batch 5 of producer 'p' has parts [0] of 0..1" in msg
+    else:
+        assert mid.name in msg and f"batch {mid.batch_id}" in msg
+    # A reader starting after the damage is not concerned.
+    assert topic.read_table(start=mid.seq + 1).num_rows >= 1
+
+
+def test_retention_gaps_are_not_corruption(topic):
+    """Segments retention deleted (below its recorded floor) are not reported as missing."""
+    _three_segments(topic)
+    topic.register_consumer("c")
+    topic.commit_consumer("c", 2)
+    assert [s.seq for s in topic.apply_retention()] == [0, 1]
+    assert json.load(open(os.path.join(topic.root, "_retention.json"))) == {"floor": 2}
+    assert topic.read_table().num_rows == 10
+    os.remove(topic.segments()[0].path)  # now a real loss: the newest segment, read by "c"
+    with pytest.raises(InputError, match="a reader is at sequence number 3 but the newest"):
+        topic.segments(start=3)
 
 
 def test_empty_batches_skipped_but_markers_written(topic):

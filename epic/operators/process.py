@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import serde
-from ..errors import EpicError, NodeFailure
+from ..errors import EpicError, NodeFailure, StateError
 from ..operator import ENTRY_COLUMN
 from ..process import Context, Processor
 from ..process import default_on_batch as _default_on_batch
@@ -165,10 +165,22 @@ class ProcessOperator:
 
     def snapshot(self) -> bytes:
         keys = self._keys_by_id
-        return serde.pack_state("epic.process/1", {"keys": [list(k) if isinstance(k, tuple) else k for k in keys],
+        try:
+            return self._pack(keys)
+        except StateError as exc:
+            for k, s in self._states.items():  # name the key whose state is to blame
+                try:
+                    serde.packb(s)
+                except StateError:
+                    who = "the global state" if not self.keys else f"the state of key {k!r}"
+                    raise StateError(f"{who}: {exc}") from exc
+            raise
+
+    def _pack(self, keys) -> bytes:
+        return serde.pack_state("epic.process/1", {
+            "keys": [list(k) if isinstance(k, tuple) else k for k in keys],
             "states": [[self._key_ids[k], s] for k, s in self._states.items()],
-            "entry": [[self._key_ids[k], e]
-                      for k, e in self._key_entry.items()],
+            "entry": [[self._key_ids[k], e] for k, e in self._key_entry.items()],
             "timers": sorted(self._timers),
             "watermark": self._watermark,
         })

@@ -56,7 +56,9 @@ def register(app: typer.Typer) -> None:
                                                         help="Partitions of keyed stateful "
                                                              "nodes (fixed at first start)."),
                timeout: Optional[float] = typer.Option(None, "--timeout",
-                                                       help="Give up after this many seconds.")):
+                                                       help="Give up after this many seconds."),
+               debug: bool = typer.Option(False, "--debug",
+                                          help="On an error, also print the full traceback.")):
         """Run a topology on Spark: every node a streaming query, linked by Arrow topics.
 
         A finite input exits 0 once every sink has committed everything; a live one runs until
@@ -64,7 +66,7 @@ def register(app: typer.Typer) -> None:
         """
         from rich.console import Console
 
-        from epic.cli import load_topology, parse_params
+        from epic.cli import load_topology, parse_params, say
         from epic.errors import EpicError
 
         err = Console(stderr=True)
@@ -78,10 +80,14 @@ def register(app: typer.Typer) -> None:
                                 console=err, batch_rows=batch_rows, partitions=partitions,
                                 trigger_interval=trigger, timeout=timeout)
         except EpicError as exc:
-            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            if debug:
+                import traceback
+
+                traceback.print_exception(exc, file=sys.stderr)
+            say(err, "error", "bold red", exc)
             raise typer.Exit(code=1)
         err.print(f"{result.topology}: {result.status.get('state')} in {result.seconds:.1f} s "
-                  f"(status: epic status {workdir})", highlight=False)
+                  f"(status: epic status {workdir})", highlight=False, markup=False)
         for name, n in (result.status.get("late_rows") or {}).items():
             if n:
                 err.print(f"node {name!r}: {n} late row(s) (behind the watermark): counted, "
@@ -95,13 +101,14 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
+        from epic.cli import say
         from epic.errors import EpicError
         from epic.spark.runtime import read_status, status_table
 
         try:
             doc = read_status(str(workdir))
         except EpicError as exc:
-            Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+            say(Console(stderr=True), "error", "bold red", exc)
             raise typer.Exit(code=1)
         if as_json:
             typer.echo(json.dumps(doc, indent=1))

@@ -2,9 +2,11 @@
 execution reaches point ``name`` in this run (counted across the run's processes in
 ``<workdir>/.crash-counts``).
 
+(:func:`fault_point` injects an error instead, for tests that cannot fill a disk.)
+
 Points: ``source-plan`` (a source planned a micro-batch), ``node-state`` (a stateful task saved
 its snapshot, before returning its output), ``topic-commit`` (unused by default), ``sink-commit``
-(a CSV sink commit appended its first part, before recording the commit). The whole process group
+(a CSV sink commit appended its first non-empty part, before recording the commit). The whole process group
 is killed (driver, JVM, Python workers), as a machine failure would.
 """
 
@@ -14,7 +16,11 @@ import fcntl
 import os
 import signal
 
-__all__ = ["crash_point"]
+__all__ = ["crash_point", "fault_point", "FAULTS_DIR"]
+
+#: ``<workdir>/.faults/<point>`` makes :func:`fault_point` raise (a file, not an environment
+#: variable: the Python workers of a running session do not see the test's environment).
+FAULTS_DIR = ".faults"
 
 ENV = "EPIC_CRASH_AT"
 
@@ -40,5 +46,20 @@ def crash_point(name: str, workdir: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     if n == int(nth):
-        # Python workers run in their own process groups (pyspark's daemon): kill the driver's.
-        os.killpg(pgid, signal.SIGKILL)
+        # Python workers run in their own process groups (pyspark's daemon): kill the driver's,
+        # and this process too. Before, a worker that reached the point (a sink commit runs in
+        # one) outlived the driver's group and finished its commit, so the "crash" came after it.
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault_point(name: str, workdir: str) -> None:
+    """Raise ``OSError(ENOSPC)`` at point ``name`` if ``<workdir>/.faults/<name>`` exists: a full
+    disk for tests that cannot mount a small file system (not root). Points: ``sink-commit``
+    (a CSV sink commit appended its first non-empty part)."""
+    if workdir and os.path.exists(os.path.join(workdir, FAULTS_DIR, name)):
+        import errno
+
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

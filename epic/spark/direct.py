@@ -144,16 +144,38 @@ class GroupPartition(InputPartition):
 # -- executor side -------------------------------------------------------------------------------
 
 def _read_items(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
+    from epic.topics import check_segment_rows, corrupt_segment_error
+
     for i, path, _kind in part.items:
         # Memory-mapped: the batches reference the page cache (a file deleted meanwhile, by
         # retention or a committed spool, stays readable while mapped).
-        for b in pa.ipc.open_stream(pa.memory_map(path, "r")):
-            if not b.num_rows:
-                continue
-            b = b.replace_schema_metadata(None)
-            if plan.merge:
-                b = b.append_column(IN, pa.array(np.full(b.num_rows, i, dtype=np.int64)))
-            yield b
+        topic = path.rsplit("/segments/", 1)[0]
+        rows = 0
+        try:
+            reader = pa.ipc.open_stream(pa.memory_map(path, "r"))
+            batches = iter(reader)
+            while True:
+                try:
+                    b = next(batches)
+                except StopIteration:
+                    break
+                rows += b.num_rows
+                if not b.num_rows:
+                    continue
+                b = b.replace_schema_metadata(None)
+                if plan.merge:
+                    b = b.append_column(IN, pa.array(np.full(b.num_rows, i, dtype=np.int64)))
+                yield b
+        except (OSError, pa.ArrowInvalid, ValueError) as e:
+            if _kind != "topic":
+                from epic.errors import InputError
+
+                raise InputError(f"spooled source batch cannot be read ({type(e).__name__}: {e})"
+                                 "; a replay writes it anew: delete the spool directory and rerun",
+                                 path=path) from None
+            raise corrupt_segment_error(topic, path, f"{type(e).__name__}: {e}") from None
+        if _kind == "topic":
+            check_segment_rows(topic, path, rows)
 
 
 def _positioned(it, key: tuple | None, parts: int, key_part: int | None,

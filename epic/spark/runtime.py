@@ -249,6 +249,9 @@ class _Deploy:
         self.io = io
         self.direct = io == "direct"
         self.workdir = workdir
+        from epic.spark.sink_query import deploy_id
+
+        self.deploy_id = deploy_id(workdir)
         self.spark = spark
         self.batch_rows = batch_rows
         self.trigger = f"{max(1, int(trigger_interval * 1000))} milliseconds"
@@ -705,13 +708,14 @@ class _Deploy:
 
         sink = node.sink
         if isinstance(sink, (CsvSink, ParquetSink)):
-            rec = read_sidecar(os.path.abspath(sink.path))
+            rec = read_sidecar(os.path.abspath(sink.path), self.deploy_id)
             return bool(rec and rec.get("eos"))
         path = sink.path if isinstance(sink, TopicSink) else self.sink_topic(node)
         try:
-            return Topic.open(path).status().eos
+            topic = Topic.open(path)
         except EpicError:
-            return False
+            return False  # not created yet
+        return topic.status().eos  # a corrupt segment raises: the deploy stops, naming it
 
     def failure(self) -> EpicError | None:
         for name, q in self.queries.items():
@@ -736,7 +740,7 @@ class _Deploy:
 
 
 _CAUSE = re.compile(r"(?:epic\.errors\.)?(NodeFailure|TopologyError|InputError|SpecError|"
-                    r"StateError|EpicError): (.+)")
+                    r"StateError|OutputError|EpicError): (.+)")
 
 
 def _explain(query: str, exc) -> str:
@@ -922,7 +926,7 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
             raise EpicError(f"{wd} was deployed with --io {m.get('io', 'rows')}; rerun it the same"
                             " way (the topics' layout and the state's partitions differ)")
         return int(m["partitions"])
-    doc = {"topology": topology.name, "partitions": partitions,
+    doc = {"topology": topology.name, "partitions": partitions, "id": uuid.uuid4().hex,
            "nodes": [n.name for n in topology.topological_order()]}
     if fuse:
         doc["fuse"] = True
@@ -970,16 +974,37 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         timeout: give up (stop, raise) after this many seconds.
 
     Raises:
-        EpicError: Java missing or too old, an unwritable work directory, a topic whose schema
-            changed, or a node that failed (:class:`~epic.errors.NodeFailure` text: node,
-            function, micro-batch).
+        EpicError: Java missing or too old, an unwritable work directory or output directory
+            (:class:`~epic.errors.OutputError`), a work directory in use by another deploy (its
+            pid and host), a topic whose schema changed, a corrupt topic segment or sink commit
+            record (:class:`~epic.errors.InputError`), or a node that failed
+            (:class:`~epic.errors.NodeFailure` text: node, function, micro-batch).
     """
-    from pyspark import cloudpickle
-
     topology.validate(warn=False)
     if io not in ("direct", "rows"):
         raise EpicError(f"io={io!r}; use direct or rows")
     wd = _check_workdir(workdir)
+    from epic.preflight import check_output_paths
+    from epic.spark.lock import WorkdirLock
+
+    lock = WorkdirLock(wd).acquire()  # before anything in wd changes; dropped even on SIGKILL
+    try:
+        check_output_paths(topology)  # before any query starts
+        return _deploy_locked(topology, wd, master=master, ui=ui, fuse=fuse, io=io,
+                              retention=retention, progress=progress, console=console,
+                              spark=spark, batch_rows=batch_rows, partitions=partitions,
+                              trigger_interval=trigger_interval, poll_interval=poll_interval,
+                              timeout=timeout)
+    finally:
+        lock.release()
+
+
+def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, io, retention, progress,
+                   console, spark, batch_rows, partitions, trigger_interval, poll_interval,
+                   timeout) -> DeployResult:
+    """:func:`deploy` once the work directory is checked and locked."""
+    from pyspark import cloudpickle
+
     for sub in ("topics", "checkpoints", "state", "sinks"):
         os.makedirs(os.path.join(wd, sub), exist_ok=True)
     try:

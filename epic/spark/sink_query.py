@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from epic.spark.crash import crash_point
+from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
 
-__all__ = ["make_file_sink_data_source", "read_sidecar"]
+__all__ = ["make_file_sink_data_source", "read_sidecar", "deploy_id"]
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,48 @@ def part_message(path: str | None, part: int, rows: int) -> WriterCommitMessage:
     return _Part(path, part, rows)
 
 
-def read_sidecar(path: str) -> dict | None:
-    """The commit record of a file sink (None before its first commit)."""
+def read_sidecar(path: str, deploy: str | None = None) -> dict | None:
+    """The commit record of a file sink (None before its first commit).
+
+    ``deploy``: the reading deploy's id (``deploy.json``); a record another deploy wrote (a fresh
+    ``--workdir`` writing to the same output) counts as absent: that deploy's output is replaced,
+    as ``epic run`` replaces its output.
+
+    Raises:
+        InputError: the record exists but cannot be read. It holds the committed length of the
+            output; guessing would cut committed rows or double them, so the sink stops.
+    """
+    side = os.path.join(path + ".epic", "commit.json")
     try:
-        with open(os.path.join(path + ".epic", "commit.json")) as f:
-            return json.load(f)
+        with open(side) as f:
+            rec = json.load(f)
+        if not isinstance(rec, dict):
+            raise ValueError("not a JSON object")
+        for k in ("batch", "length", "eos"):
+            if k not in rec:
+                raise ValueError(f"no {k!r}")
+        int(rec["batch"]), int(rec["length"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError, UnicodeDecodeError, OSError) as exc:
+        from epic.errors import InputError
+
+        raise InputError(
+            f"the commit record of a file sink is corrupt ({type(exc).__name__}: {exc}); it holds "
+            f"the committed length of {os.path.basename(path)}, so the sink stops rather than "
+            "cut or double committed rows. Fix: restore it, or delete the output file, its .epic "
+            "directory and the sink query's checkpoint and state to rewrite the output "
+            "(docs/deploy.md, 'Corrupt topics and sidecars')", path=side) from None
+    if deploy is not None and rec.get("deploy") not in (None, deploy):
+        return None
+    return rec
+
+
+def deploy_id(workdir: str) -> str | None:
+    """The id of the deploy in ``workdir`` (``deploy.json``), None if it has none."""
+    try:
+        with open(os.path.join(workdir, "deploy.json")) as f:
+            return json.load(f).get("id")
     except (FileNotFoundError, ValueError):
         return None
 
@@ -60,11 +97,15 @@ def read_sidecar(path: str) -> dict | None:
 def _write_sidecar(path: str, record: dict) -> None:
     d = path + ".epic"
     tmp = os.path.join(d, f".commit.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(d, "commit.json"))
+    try:
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(d, "commit.json"))
+    except OSError:
+        _remove(tmp)
+        raise
 
 
 def _fsync(path: str) -> None:
@@ -167,8 +208,14 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
             os.makedirs(os.path.join(meta, "parts"), exist_ok=True)
             final = os.path.join(meta, "parts", f"b{batch_id:012d}.p{part:05d}.parquet")
             tmp = os.path.join(meta, "_tmp", f"{uuid.uuid4().hex}.parquet")
-            pq.write_table(pa.Table.from_batches(batches, schema=schema), tmp)
-            os.replace(tmp, final)
+            try:
+                pq.write_table(pa.Table.from_batches(batches, schema=schema), tmp)
+                os.replace(tmp, final)
+            except OSError as exc:
+                from epic.errors import OutputError
+
+                _remove(tmp)
+                raise OutputError(tmp, exc, fix=f"free space for {path} and rerun") from None
             return _Part(final, part, rows)
 
         def commit(self, messages, batchId):
@@ -177,7 +224,8 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
             _, eos = combine_markers(batch_markers(checkpoint, batchId))
             parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.part)
             os.makedirs(meta, exist_ok=True)
-            rec = read_sidecar(path)
+            owner = deploy_id(workdir)
+            rec = read_sidecar(path, owner)
             if rec is not None and batchId <= rec["batch"]:
                 if is_csv:
                     for m in parts:
@@ -185,29 +233,51 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
                 return
             rows = (rec or {}).get("rows", 0) + sum(m.rows for m in parts)
             if is_csv:
-                if rec is None:
-                    from epic.csvio import CsvWriter
+                from epic.errors import OutputError
 
-                    names = sink.output_schema(stream.schema).names
-                    CsvWriter(path, columns=names, header=sink.header,
-                              delimiter=sink.delimiter).close()
-                    if not os.path.exists(path):
-                        open(path, "wb").close()
-                    length = os.path.getsize(path)
-                else:
-                    length = rec["length"]
-                with open(path, "r+b") as f:
-                    f.truncate(length)
-                    f.seek(length)
-                    for i, m in enumerate(parts):
-                        _append_file(f, m.path)
-                        if i == 0:
-                            crash_point("sink-commit", workdir)
-                    f.flush()
-                    os.fsync(f.fileno())
-                    length = f.tell()
-                _write_sidecar(path, {"batch": batchId, "length": length, "eos": eos,
-                                      "rows": rows})
+                committed = None
+                try:
+                    if rec is None:
+                        from epic.csvio import CsvWriter
+
+                        names = sink.output_schema(stream.schema).names
+                        CsvWriter(path, columns=names, header=sink.header,
+                                  delimiter=sink.delimiter).close()
+                        if not os.path.exists(path):
+                            open(path, "wb").close()
+                        length = os.path.getsize(path)
+                    else:
+                        length = rec["length"]
+                    committed = length
+                    with open(path, "r+b") as f:
+                        f.truncate(length)
+                        f.seek(length)
+                        wrote = False
+                        for m in parts:
+                            _append_file(f, m.path)
+                            if not wrote and f.tell() > committed:
+                                # Tests: after the first part that wrote bytes (a fused query's
+                                # first parts can be empty files).
+                                wrote = True
+                                crash_point("sink-commit", workdir)
+                                fault_point("sink-commit", workdir)
+                        f.flush()
+                        os.fsync(f.fileno())
+                        length = f.tell()
+                    _write_sidecar(path, {"batch": batchId, "length": length, "eos": eos,
+                                          "rows": rows, "deploy": owner})
+                except OSError as exc:
+                    # Write, then commit: cut the half-appended batch off again (a shorter length
+                    # needs no space), so the file ends with the last committed batch's rows.
+                    if committed is not None:
+                        try:
+                            os.truncate(path, committed)
+                        except OSError:
+                            pass
+                    raise OutputError(path, exc, what=f"cannot commit micro-batch {batchId}",
+                                      fix="free space (or fix the permissions) and rerun the "
+                                          "same epic deploy: it resumes from the last committed "
+                                          "batch") from None
                 for m in parts:
                     _remove(m.path)
                 return
@@ -218,12 +288,21 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
                 pdir = os.path.join(meta, "parts")
                 names = sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []
                 tmp = os.path.join(meta, f".final.{uuid.uuid4().hex}.parquet")
-                with pq.ParquetWriter(tmp, schema) as w:
-                    for n in names:
-                        for b in pq.read_table(os.path.join(pdir, n)).to_batches():
-                            w.write_batch(pa.RecordBatch.from_arrays(b.columns, schema=schema))
-                os.replace(tmp, path)
-            _write_sidecar(path, {"batch": batchId, "length": 0, "eos": eos, "rows": rows})
+                try:
+                    with pq.ParquetWriter(tmp, schema) as w:
+                        for n in names:
+                            for b in pq.read_table(os.path.join(pdir, n)).to_batches():
+                                w.write_batch(pa.RecordBatch.from_arrays(b.columns,
+                                                                         schema=schema))
+                    os.replace(tmp, path)
+                except OSError as exc:
+                    from epic.errors import OutputError
+
+                    _remove(tmp)
+                    raise OutputError(path, exc, what=f"cannot commit micro-batch {batchId}",
+                                      fix="free space and rerun the same epic deploy") from None
+            _write_sidecar(path, {"batch": batchId, "length": 0, "eos": eos, "rows": rows,
+                                  "deploy": owner})
 
         def abort(self, messages, batchId):
             if is_csv:

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from epic import serde
+from epic.operator import snapshot_state
 from epic.operators import build as build_operator
 from epic.spark.executor import freeze_gc_once
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
@@ -263,6 +264,7 @@ def _run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[p
             d = NodeDriver(node.name, build_operator(node), 1, split=isinstance(node, SplitNode),
                            label=_fn_label(node))
             d.batch, _ = _batch_id()
+            d.check = False  # stateless: nothing is checkpointed
         steps = table.column(STEP).to_numpy()
         wms = table.column(WM).to_numpy()
         for a, b in runs(steps, wms):
@@ -311,6 +313,7 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     d = NodeDriver(node.name, build_operator(node), n_in, merge=isinstance(node, MergeNode),
                    split=isinstance(node, SplitNode))
     d.batch = batch_id
+    d.check = False  # every save below validates the state (snapshot_state)
     snap = store.load_before(batch_id)
     if snap is not None:
         st = serde.unpackb(snap)
@@ -412,7 +415,7 @@ def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             call(d.end, tag(s, PHASE_END))
 
     store.save(batch_id, serde.packb({
-        "op": d.op.snapshot(), **d.state(),
+        "op": snapshot_state(d.op, node.name), **d.state(),
         "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
         "last_tag": last_tag}))
     if spec.workdir:
