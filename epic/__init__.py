@@ -24,6 +24,7 @@ from .aggregates import (Aggregate, AggSpec, agg, aggregate_function, collect, c
                          variance)
 from .errors import (EpicError, InputError, NodeFailure, SpecError, StateError, TopologyError)
 from .operator import ENTRY_COLUMN, Operator
+from .patterns import Match, StarValue, pattern, star, var
 from .process import Context, Processor, processor
 from .runner import RunResult, run
 from .sinks import collect_sink, console_sink, csv_sink, parquet_sink, topic_sink
@@ -54,6 +55,8 @@ __all__ = [
     "combine",
     # process
     "Processor", "Context", "processor",
+    # sequence patterns
+    "pattern", "var", "star", "Match", "StarValue",
     # running
     "run", "RunResult", "Operator", "ENTRY_COLUMN",
     # errors

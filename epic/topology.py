@@ -987,6 +987,45 @@ class Topology:
         return self._new(ProcessNode, name, [stream], processor=processor, key=_key_tuple(key),
                          schema=schema, time=time).output
 
+    def pattern(self, name: str, stream: Stream, pattern, *, key=None,
+                select: Mapping[str, Any] | None = None, schema=None) -> Stream:
+        """A sequence pattern node (ESL-TS, see :mod:`epic.patterns` and ``docs/patterns.md``).
+
+        A ``process`` node whose operator matches ``pattern`` per ``key`` over the rows in
+        event-time order and emits one row per match: the key columns, ``match_start`` and
+        ``match_end`` (times of the first and last matched rows; the output's event time) and
+        the ``select`` columns (``"X.col"``, ``"Y.count"``, ``"Y.last.col"``, ``"Y.<aggregate>"``
+        or a function of the match whose type ``schema`` declares).
+
+        Example:
+            >>> import epic
+            >>> t = epic.Topology("doc")
+            >>> s = t.source("s", epic.iterator_source(
+            ...     [{"ts": i, "v": v} for i, v in enumerate([1, 9, 3, 2, 8, 1])],
+            ...     schema={"ts": "int64", "v": "int64"}, time="ts", unit="s"))
+            >>> p = t.pattern("drops", s, epic.pattern(
+            ...     epic.var("X", lambda cur: cur["v"] > 5),
+            ...     epic.star("Y", lambda cur: cur["v"] < 5)), select={"n": "Y.count"})
+            >>> _ = t.sink("out", p, epic.collect_sink())
+            >>> epic.run(t).collected["out"].to_pylist()[0]
+            {'match_start': 1, 'match_end': 3, 'n': 2}
+        """
+        from .patterns import PatternMatcher
+
+        self._check_input(name, stream, "input")
+        keys = _key_tuple(key)
+        for k in keys:
+            if k not in stream.schema.names:
+                raise _err(name, "key", f"key column {k!r} is not in the input (columns: "
+                           f"{', '.join(stream.columns)})", "name an input column")
+        try:
+            matcher = PatternMatcher(pattern, _with_entry(stream.schema, False), stream.time,
+                                     stream.unit, keys, select, schema, node=name)
+        except SpecError as exc:
+            raise _err(name, "pattern", str(exc), "see docs/patterns.md") from exc
+        return self.process(name, stream, matcher, key=keys or None,
+                            schema=matcher.output_schema, time="match_end")
+
     def splitstream(self, name: str, stream: Stream, n: int, query, *,
                     schemas: Sequence | None = None) -> tuple[Stream, ...]:
         """Distribute each row to some of ``n`` outputs with a distribution query.
@@ -1215,8 +1254,8 @@ class _Scope:
     def __getattr__(self, attr):
         method = getattr(self._t, attr)
         if attr in ("map", "map_rows", "filter", "filter_rows", "flat_map", "flat_map_rows",
-                    "window", "process", "splitstream", "merge", "combine", "sink", "parallel",
-                    "source"):
+                    "window", "process", "pattern", "splitstream", "merge", "combine", "sink",
+                    "parallel", "source"):
             def scoped(name, *args, **kw):
                 return method(self._prefix + name, *args, **kw)
             return scoped
