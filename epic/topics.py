@@ -66,6 +66,8 @@ from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+from .atomic import atomic_write, fsync_local
 import pyarrow.ipc as ipc
 
 from epic.errors import EpicError, InputError, TopologyError
@@ -302,21 +304,6 @@ def resolve_filesystem(path: str | os.PathLike, filesystem: pafs.FileSystem | No
     return pafs.LocalFileSystem(), os.path.abspath(path)
 
 
-def _fsync_local(fs: pafs.FileSystem, path: str, *, directory: bool = False) -> None:
-    """Force data (or a directory entry) to disk; only meaningful, and only done, on local disks.
-
-    pyarrow output streams expose no fsync, so the file is reopened: fsync on any descriptor of a
-    file flushes that file's dirty pages on Linux.
-    """
-    if not isinstance(fs, pafs.LocalFileSystem):
-        return
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     """Same names and types in the same order; nullability and metadata may differ (Spark marks
     every column of a computed frame nullable)."""
@@ -408,7 +395,7 @@ class Topic:
                                  time_unit=time_unit)
         for d in (root, f"{root}/{SEGMENTS_DIR}/{TMP_DIR}", f"{root}/{CONSUMERS_DIR}"):
             fs.create_dir(d, recursive=True)
-        _atomic_write(fs, manifest_path, manifest.to_json().encode())
+        atomic_write(manifest_path, manifest.to_json().encode(), fs=fs)
         return cls(fs, root, manifest, os.fspath(path))
 
     @classmethod
@@ -704,7 +691,7 @@ class Topic:
             self.fs.move(t.path, dest)
             out.append(SegmentInfo(seq0 + i, producer, batch_id, i, len(full), t.rows, dest,
                                    self.fs.get_file_info(dest).size))
-        _fsync_local(self.fs, self.segments_dir, directory=True)
+        fsync_local(self.fs, self.segments_dir, directory=True)
         self._clean_tmp(producer, batch_id)
         return out
 
@@ -783,7 +770,7 @@ class Topic:
         old = self.consumers().get(name)
         if old is not None and position <= old:
             return
-        _atomic_write(self.fs, path, json.dumps({"position": int(position)}).encode())
+        atomic_write(path, json.dumps({"position": int(position)}).encode(), fs=self.fs)
 
     def unregister_consumer(self, name: str) -> None:
         """Forget consumer ``name``: retention no longer waits for it."""
@@ -827,8 +814,8 @@ class Topic:
         if doomed:
             # Recorded before anything is deleted: readers tell these gaps from lost files.
             floor = max(self._floor(), max(s.seq for s in doomed) + 1)
-            _atomic_write(self.fs, f"{self.root}/{RETENTION_NAME}",
-                          json.dumps({"floor": floor}).encode())
+            atomic_write(f"{self.root}/{RETENTION_NAME}", json.dumps({"floor": floor}).encode(),
+                         fs=self.fs)
         self._delete([s.path for s in doomed])
         return doomed
 
@@ -873,7 +860,7 @@ class TempWriter:
             self._open()
         self._writer.close()
         self._sink.close()
-        _fsync_local(self.topic.fs, self.path)
+        fsync_local(self.topic.fs, self.path)
         self.result = TempSegment(self.path, self.meta.producer, self.meta.batch_id, self.part,
                                   self.rows)
         return self.result
@@ -918,17 +905,6 @@ def check_segment_rows(topic: str, path: str, rows: int) -> None:
     if m and int(m["rows"]) != rows:
         raise corrupt_segment_error(topic, path, f"it holds {rows} rows, its name says "
                                                  f"{m['rows']}")
-
-
-def _atomic_write(fs: pafs.FileSystem, path: str, data: bytes) -> None:
-    """Write a small file so that readers see either the old or the new content, never a part."""
-    d, name = path.rsplit("/", 1)
-    tmp = f"{d}/.{name}.{uuid.uuid4().hex}.tmp"
-    with fs.open_output_stream(tmp) as f:
-        f.write(data)
-    _fsync_local(fs, tmp)
-    fs.move(tmp, path)
-    _fsync_local(fs, d, directory=True)
 
 
 # -- inspection helpers for `epic topics ls|tail|stat` -------------------------------------------

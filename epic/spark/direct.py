@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import msgpack
@@ -46,6 +46,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, Dat
                                     InputPartition, WriterCommitMessage)
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from epic.atomic import atomic_json, atomic_path
 from epic.spark.executor import freeze_gc_once
 from epic.spark.tags import HWM, IN, POS
 
@@ -433,10 +434,7 @@ def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: i
             doc = {"rows_in": int(doc["rows_in"]) + int(n), "batches": int(doc["batches"]) + 1,
                    "end": key}
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(doc, f)
-            os.replace(tmp, path)
+            atomic_json(path, doc, indent=None)
 
         def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
             yield from run_partition(self.plan, partition)
@@ -479,16 +477,13 @@ def _chunks(batches: list, n: int) -> list[list]:
 def _spool(root: str, a: int, b: int, j: int, batches: list) -> str:
     """Write planned source batches (an Arrow IPC stream) where the tasks read them: atomically,
     the same content on a replay."""
-    import uuid
-
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, f"{a:012d}-{b:012d}.{j}.arrow")
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with pa.OSFile(tmp, "wb") as f:
-        with pa.ipc.new_stream(f, batches[0].schema) as w:
-            for x in batches:
-                w.write_batch(x)
-    os.replace(tmp, path)
+    # not fsynced: a spool file is re-made from the source on a replay
+    with atomic_path(path, fsync=False) as tmp, pa.OSFile(tmp, "wb") as f, \
+            pa.ipc.new_stream(f, batches[0].schema) as w:
+        for x in batches:
+            w.write_batch(x)
     return path
 
 

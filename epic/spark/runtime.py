@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from epic.atomic import atomic_json
 from epic.errors import EpicError, TopologyError
-from epic.spark.tags import IN, PORT, POS, STEP, WM, topic_schema
+from epic.spark.tags import IN, PORT, POS, topic_schema
 from epic.topics import Topic
-from epic.topology import (CombineNode, FilterNode, FlatMapNode, MapNode, MergeNode, ProcessNode,
+from epic.topology import (FilterNode, FlatMapNode, MapNode, MergeNode, ProcessNode,
                            SinkNode, SourceNode, SplitNode, Stream, Topology, WindowNode)
 
 __all__ = ["deploy", "DeployResult", "read_status", "request_stop", "plan_modes"]
@@ -756,13 +757,6 @@ def _explain(query: str, exc) -> str:
 
 # -- status ------------------------------------------------------------------------------------
 
-def _atomic_json(path: str, doc: dict) -> None:
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    os.replace(tmp, path)
-
-
 def read_status(workdir: str) -> dict:
     """The status document a deploy keeps in ``<workdir>/status.json``."""
     p = os.path.join(workdir, STATUS)
@@ -931,7 +925,7 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
     if fuse:
         doc["fuse"] = True
     doc["io"] = io
-    _atomic_json(p, doc)
+    atomic_json(p, doc)
     return partitions
 
 
@@ -1071,7 +1065,7 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, io, retenti
                 raise EpicError(f"deploy of {topology.name!r} timed out after {timeout} s")
             if refresh:
                 doc = stats.doc(state, elapsed)
-                _atomic_json(status_path, doc)
+                atomic_json(status_path, doc)
                 if live is not None:
                     live.update(status_table(doc))
             _time.sleep(poll_interval)
@@ -1090,7 +1084,7 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, io, retenti
             import shutil
 
             shutil.rmtree(os.path.join(wd, "spool"), ignore_errors=True)
-        _atomic_json(status_path, doc)
+        atomic_json(status_path, doc)
         if live is not None:
             live.update(status_table(doc))
             live.stop()

@@ -119,10 +119,9 @@ def log_config_file() -> str:
     digest = hashlib.sha1(LOG4J2_PROPERTIES.encode()).hexdigest()[:12]
     path = os.path.join(tempfile.gettempdir(), f"epic-log4j2-{digest}.properties")
     if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(LOG4J2_PROPERTIES)
-        os.replace(tmp, path)
+        from epic.atomic import atomic_write
+
+        atomic_write(path, LOG4J2_PROPERTIES.encode())
     return path
 
 

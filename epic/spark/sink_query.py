@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from epic.atomic import atomic_json, atomic_path
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
 
@@ -95,17 +96,7 @@ def deploy_id(workdir: str) -> str | None:
 
 
 def _write_sidecar(path: str, record: dict) -> None:
-    d = path + ".epic"
-    tmp = os.path.join(d, f".commit.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(d, "commit.json"))
-    except OSError:
-        _remove(tmp)
-        raise
+    atomic_json(os.path.join(path + ".epic", "commit.json"), record, indent=None)
 
 
 def _fsync(path: str) -> None:
@@ -207,15 +198,13 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
 
             os.makedirs(os.path.join(meta, "parts"), exist_ok=True)
             final = os.path.join(meta, "parts", f"b{batch_id:012d}.p{part:05d}.parquet")
-            tmp = os.path.join(meta, "_tmp", f"{uuid.uuid4().hex}.parquet")
             try:
-                pq.write_table(pa.Table.from_batches(batches, schema=schema), tmp)
-                os.replace(tmp, final)
+                with atomic_path(final, tmp_dir=os.path.join(meta, "_tmp")) as tmp:
+                    pq.write_table(pa.Table.from_batches(batches, schema=schema), tmp)
             except OSError as exc:
                 from epic.errors import OutputError
 
-                _remove(tmp)
-                raise OutputError(tmp, exc, fix=f"free space for {path} and rerun") from None
+                raise OutputError(final, exc, fix=f"free space for {path} and rerun") from None
             return _Part(final, part, rows)
 
         def commit(self, messages, batchId):
@@ -287,18 +276,16 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
                 schema = sink.output_schema(stream.schema)
                 pdir = os.path.join(meta, "parts")
                 names = sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []
-                tmp = os.path.join(meta, f".final.{uuid.uuid4().hex}.parquet")
                 try:
-                    with pq.ParquetWriter(tmp, schema) as w:
+                    with atomic_path(path, tmp_dir=meta) as tmp, \
+                            pq.ParquetWriter(tmp, schema) as w:
                         for n in names:
                             for b in pq.read_table(os.path.join(pdir, n)).to_batches():
                                 w.write_batch(pa.RecordBatch.from_arrays(b.columns,
                                                                          schema=schema))
-                    os.replace(tmp, path)
                 except OSError as exc:
                     from epic.errors import OutputError
 
-                    _remove(tmp)
                     raise OutputError(path, exc, what=f"cannot commit micro-batch {batchId}",
                                       fix="free space and rerun the same epic deploy") from None
             _write_sidecar(path, {"batch": batchId, "length": 0, "eos": eos, "rows": rows,

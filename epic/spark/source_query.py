@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from epic.errors import EpicError
 from epic.operator import ENTRY_COLUMN
 from epic.spark.executor import freeze_gc_once
-from epic.spark.tags import NO_WM, PHASE_ROWS, tag, with_tags
+from epic.spark.tags import PHASE_ROWS, tag, with_tags
 
 __all__ = ["make_source_data_source"]
 

@@ -20,8 +20,6 @@ function and the micro-batch; the driver finds that line in Spark's error and re
 
 from __future__ import annotations
 
-import os
-import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -30,6 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from epic import serde
+from epic.atomic import atomic_write
 from epic.operator import snapshot_state
 from epic.operators import build as build_operator
 from epic.spark.executor import freeze_gc_once
@@ -115,16 +114,7 @@ class StateStore:
     def save(self, batch_id: int, data: bytes) -> None:
         """Write the snapshot of ``batch_id`` atomically and delete snapshots no replay needs."""
         self.fs.create_dir(self.dir, recursive=True)
-        tmp = f"{self.dir}/.{batch_id}.{uuid.uuid4().hex}.tmp"
-        with self.fs.open_output_stream(tmp) as f:
-            f.write(data)
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        self.fs.move(tmp, f"{self.dir}/{batch_id}.state")
+        atomic_write(f"{self.dir}/{batch_id}.state", data, fs=self.fs)
         ids = self._ids()
         for old in ids[:-KEEP_SNAPSHOTS]:
             if old < batch_id:
