@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from .errors import SpecError
+from .paths import local_path
 from .operator import ENTRY_COLUMN
 
 __all__ = [
@@ -139,7 +140,7 @@ def csv_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = None, h
         >>> csv_sink("out/q1.csv", columns=["ts", "player_id", "speed"], float_format=".3f").columns
         ('ts', 'player_id', 'speed')
     """
-    return CsvSink(os.fspath(path), _cols(columns), header, delimiter, float_format, delays,
+    return CsvSink(local_path(path, "csv_sink path"), _cols(columns), header, delimiter, float_format, delays,
                    tuple(delay_columns))
 
 
@@ -199,7 +200,7 @@ def parquet_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = Non
         >>> parquet_sink("out/q1.parquet").blocking
         True
     """
-    return ParquetSink(os.fspath(path), _cols(columns), delays)
+    return ParquetSink(local_path(path, "parquet_sink path"), _cols(columns), delays)
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ def topic_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
         >>> topic_sink("topics/q1").describe()
         'topic q1'
     """
-    return TopicSink(os.fspath(path), _cols(columns), delays)
+    return TopicSink(local_path(path, "topic_sink path"), _cols(columns), delays)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,10 @@ def register(app: typer.Typer) -> None:
                                                          help="Topology parameter key=value."),
                master: Optional[str] = typer.Option(None, "--master",
                                                     help="Spark master URL (default local[*])."),
+               conf: Optional[List[str]] = typer.Option(
+                   None, "--conf", help="A Spark setting key=value (repeatable); overrides "
+                                        "epic's; the resolved settings go to "
+                                        "<workdir>/spark-conf.json."),
                ui: bool = typer.Option(False, "--ui", help="Start the Spark UI."),
                fuse: bool = typer.Option(False, "--fuse",
                                          help="Run chains of nodes in one query each (docs/deploy.md)."),
@@ -75,7 +79,15 @@ def register(app: typer.Typer) -> None:
             from epic.spark.runtime import deploy as run_deploy
 
             show = sys.stderr.isatty() if progress is None else progress
+            settings = {}
+            for item in conf or []:
+                key, eq, value = item.partition("=")
+                if not eq or not key.strip():
+                    raise EpicError(f"--conf {item!r}: expected key=value, e.g. "
+                                    "--conf spark.executor.memory=4g")
+                settings[key.strip()] = value
             result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse, io=io,
+                                conf=settings,
                                 retention=not keep_topics, progress=show,
                                 console=err, batch_rows=batch_rows, partitions=partitions,
                                 trigger_interval=trigger, timeout=timeout)

@@ -891,7 +891,13 @@ def status_table(doc: dict):
 # -- entry point -------------------------------------------------------------------------------
 
 def _check_workdir(workdir: str) -> str:
-    wd = os.path.abspath(workdir)
+    from epic.errors import SpecError
+    from epic.paths import local_path
+
+    try:
+        wd = os.path.abspath(local_path(workdir, "work directory"))
+    except SpecError as exc:
+        raise EpicError(str(exc)) from None
     try:
         os.makedirs(wd, exist_ok=True)
         probe = os.path.join(wd, f".probe-{uuid.uuid4().hex}")
@@ -934,7 +940,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
            progress: bool = False, console=None, spark=None,
            batch_rows: int = 1_000_000, partitions: int | None = None,
            trigger_interval: float = 0.1, poll_interval: float = 0.25,
-           timeout: float | None = None) -> DeployResult:
+           timeout: float | None = None, conf: dict | None = None) -> DeployResult:
     """Run ``topology`` on Spark, one streaming query per node, until every sink has ended.
 
     A finite input ends by itself: the call returns once every sink committed its end of stream.
@@ -966,6 +972,8 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         poll_interval: seconds between the driver's checks for completion and failures (the
             status document is refreshed at most once a second).
         timeout: give up (stop, raise) after this many seconds.
+        conf: Spark settings (``--conf key=value``) for the session epic starts; they override
+            epic's. The session's resolved settings are written to ``<workdir>/spark-conf.json``.
 
     Raises:
         EpicError: Java missing or too old, an unwritable work directory or output directory
@@ -988,14 +996,14 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
                               retention=retention, progress=progress, console=console,
                               spark=spark, batch_rows=batch_rows, partitions=partitions,
                               trigger_interval=trigger_interval, poll_interval=poll_interval,
-                              timeout=timeout)
+                              timeout=timeout, conf=conf)
     finally:
         lock.release()
 
 
 def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, io, retention, progress,
                    console, spark, batch_rows, partitions, trigger_interval, poll_interval,
-                   timeout) -> DeployResult:
+                   timeout, conf=None) -> DeployResult:
     """:func:`deploy` once the work directory is checked and locked."""
     from pyspark import cloudpickle
 
@@ -1010,7 +1018,16 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, io, retenti
     if spark is None:
         from epic.spark.session import build_session
 
-        spark = build_session(master, ui=ui)
+        spark = build_session(master, ui=ui, conf=conf)
+    elif conf:
+        for k, v in conf.items():  # a shared session: only what can change at runtime
+            if not spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:
+                raise EpicError(f"--conf {k}: the Spark session is already running and this "
+                                "setting cannot change now; set it when the session starts")
+            spark.conf.set(k, v)
+    settings = dict(spark.sparkContext.getConf().getAll())
+    settings.update(spark.conf.getAll)
+    atomic_json(os.path.join(wd, "spark-conf.json"), dict(sorted(settings.items())))
     if partitions is None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     partitions = _manifest(wd, topology, partitions, fuse, io)

@@ -7,6 +7,7 @@ partition of a keyed window must follow the *stream's* clock (docs/windows.md, "
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -71,8 +72,12 @@ def test_deploy_equals_run_under_disorder(spark, tmp_path, partitions, fuse):
     for i, (rows, batch_rows) in enumerate(CASES):
         want = epic.run(_topology(rows, batch_rows))
         result = deploy(_topology(rows, batch_rows), str(tmp_path / f"wd{i}"), spark=spark,
-                        timeout=240, fuse=fuse, partitions=partitions, batch_rows=batch_rows)
+                        timeout=240, fuse=fuse, partitions=partitions, batch_rows=batch_rows,
+                        conf={"spark.sql.session.timeZone": "UTC"})
         assert result.status["state"] == "finished"
+        # --conf reaches the session and the resolved settings are recorded in the work dir
+        recorded = json.loads((tmp_path / f"wd{i}" / "spark-conf.json").read_text())
+        assert recorded["spark.sql.session.timeZone"] == "UTC"
         for sink in ("late1_out", "few_out", "cnt_out", "late1_rows", "runs_out"):
             got = result.collected[sink].to_pylist()
             exp = want.collected[sink].to_pylist()
