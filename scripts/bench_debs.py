@@ -72,6 +72,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from benchkit import debs_report as report  # noqa: E402
 from benchkit import proc as proc_tree  # noqa: E402
 from benchkit.debs_report import CASES, HALF_STARTS, split_case  # noqa: E402
+
 from debs2013 import constants as C  # noqa: E402
 from debs2013.dataflow import OUTPUT_FILES  # noqa: E402
 
