@@ -71,25 +71,26 @@ def parent_map() -> dict[int, int]:
     return {pid: int(f[1]) for pid, f in _stats().items()}
 
 
+def _kib_field(path: str, key: str) -> int | None:
+    """The ``key: N kB`` line of a /proc file, in bytes (None: unreadable or missing)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def pss_bytes(pid: int) -> int:
     """Proportional set size (shared pages split between the processes sharing them, so forked
     Python workers are not counted twice); VmRSS where smaps_rollup is not readable; 0 for a
     process that is gone."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    pss = _kib_field(f"/proc/{pid}/smaps_rollup", "Pss:")
+    if pss is None:
+        pss = _kib_field(f"/proc/{pid}/status", "VmRSS:")
+    return pss or 0
 
 
 def tree_pss(root: int) -> tuple[int, set[int]]:
