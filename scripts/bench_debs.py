@@ -26,14 +26,23 @@ succeeds. A run killed at ``--timeout`` (or because free disk fell below ``--min
 as a miss. Exit 1 when a target is missed, 2 on a usage / environment error (missing input and no
 way to generate it, too little disk).
 
+Also recorded per case (in results.json, not in the tables): CPU seconds of the process tree (each
+process as last sampled) and busy CPU seconds of the whole machine during the run.
+
     .venv/bin/python scripts/bench_debs.py                  # full game, all cases, fused deploy
     .venv/bin/python scripts/bench_debs.py --minutes 0.5 --cases all   # quick check
     .venv/bin/python scripts/bench_debs.py --input data/slice6m.csv --runtime run --cases q1,all
-    .venv/bin/python scripts/bench_debs.py --cases all --timeout 1800 --write-docs
-    .venv/bin/python scripts/bench_debs.py --from-json out/bench_debs/results.json --write-docs
+    .venv/bin/python scripts/bench_debs.py --from-json out/bench_debs/results.json  # re-print
 
 Outputs go to ``<out-root>/<case>`` and Spark work directories to ``<work-root>/<case>`` (both fresh
 per run, deleted after measuring unless ``--keep``); results to ``<out-root>/results.json``.
+
+Docs are a separate step: ``scripts/bench_docs.py out/bench_debs/results.json`` regenerates the
+section of docs/performance.md between the ``bench_debs`` markers and docs/img/debs_*.png from
+that file. ``--write-docs`` (with ``--notes``, ``--also-json``) runs the same step right after
+the run (or after ``--from-json``). The measuring machinery (process tree, PSS, CPU, killing) is
+in ``scripts/benchkit/proc.py``; the tables, plots and section in
+``scripts/benchkit/debs_report.py``.
 """
 
 from __future__ import annotations
@@ -46,11 +55,10 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -59,30 +67,21 @@ import pyarrow.csv as pacsv
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchkit import debs_report as report  # noqa: E402
+from benchkit import proc as proc_tree  # noqa: E402
+from benchkit.debs_report import CASES, HALF_STARTS, split_case  # noqa: E402
 
 from debs2013 import constants as C  # noqa: E402
 from debs2013.dataflow import OUTPUT_FILES  # noqa: E402
 
-REAL_TIME_RATE = 15_000          # events/s of the real game (spec section 9)
 SENSOR_COLUMNS = ["sid", "ts", "x", "y", "z", "v", "a", "vx", "vy", "vz", "ax", "ay", "az"]
-CASES = ("q1", "q2", "q3", "q4", "all")
-DOC_BEGIN = "<!-- bench_debs:begin -->"
-DOC_END = "<!-- bench_debs:end -->"
-HALF_STARTS = (C.FIRST_HALF_START, C.SECOND_HALF_START)
 HALF_ENDS = (C.FIRST_HALF_END, C.SECOND_HALF_END)
 
 
 # ------------------------------------------------------------------------------------------------
 # pure helpers (tests/test_bench_debs.py)
-
-def split_case(case: str) -> tuple[str, str | None]:
-    """``"all@run"`` -> ``("all", "run")`` (a case on another runtime, e.g. a peer in the same
-    run); ``"q1"`` -> ``("q1", None)``."""
-    name, _, runtime = case.partition("@")
-    if runtime and runtime not in ("deploy", "run"):
-        raise ValueError(f"unknown runtime {runtime!r} in case {case!r} (deploy or run)")
-    return name, runtime or None
-
 
 def case_queries(case: str) -> list[str]:
     """``"q3"`` -> ``["q3"]``; ``"all"`` (or ``"all@run"``) -> the four queries."""
@@ -158,133 +157,8 @@ def sample_stride(est_rows: float, max_values: int) -> int:
     return int(math.ceil(est_rows / max_values))
 
 
-def tree_pids(root: int, parents: dict[int, int]) -> set[int]:
-    """``root`` and all its descendants, given ``pid -> ppid``."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = set(), [root]
-    while todo:
-        p = todo.pop()
-        if p in out:
-            continue
-        out.add(p)
-        todo.extend(children.get(p, ()))
-    return out
-
-
-def game_clock(ts_ps: int) -> str:
-    """An event time (ps) as ``"half 2 +12:34"`` (time since that half's kick-off)."""
-    half = 2 if ts_ps >= C.SECOND_HALF_START else 1
-    d = (ts_ps - HALF_STARTS[half - 1]) / C.PS_PER_S
-    sign = "-" if d < 0 else "+"
-    d = abs(int(d))
-    return f"half {half} {sign}{d // 60}:{d % 60:02d}"
-
-
-def fmt_num(v, digits: int = 0) -> str:
-    """``1234567`` -> ``1,234,567``; None -> ``-``."""
-    if v is None:
-        return "-"
-    return f"{v:,.{digits}f}"
-
-
 # ------------------------------------------------------------------------------------------------
-# measurement
-
-def _proc_parents() -> dict[int, int]:
-    out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                s = f.read()
-            out[int(d)] = int(s[s.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-    return out
-
-
-def _rss_bytes(pid: int) -> int:
-    """Proportional set size (shared pages split between the processes sharing them, so forked
-    Python workers are not counted twice); VmRSS where smaps_rollup is not readable."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def tree_rss(root: int) -> tuple[int, set[int]]:
-    pids = tree_pids(root, _proc_parents())
-    return sum(_rss_bytes(p) for p in pids), pids
-
-
-@dataclass
-class StreamDelay:
-    stream: str
-    query: str
-    rows: int | None = None
-    sampled: str = "all"
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    max_ms: float | None = None
-    bytes: int | None = None
-    read_s: float | None = None
-    error: str | None = None
-
-
-@dataclass
-class CaseResult:
-    case: str
-    runtime: str
-    fuse: bool
-    command: str
-    status: str = "not run"       # ok | failed (rc N) | timeout | disk | not run
-    rc: int | None = None
-    wall_s: float | None = None
-    input_rows: int | None = None
-    game_s: int | None = None
-    peak_rss: int | None = None
-    rows_out: int | None = None
-    out_bytes: int | None = None
-    load: float | None = None      # mean 1-min load average during the run
-    game_done: int | None = None   # game seconds behind the slowest sink's watermark
-    progress: dict = field(default_factory=dict)
-    top_nodes: list = field(default_factory=list)
-    streams: list = field(default_factory=list)
-    log_tail: str = ""
-    started: str = ""
-
-    @property
-    def events_per_s(self):
-        return None if not self.wall_s or self.input_rows is None else self.input_rows / self.wall_s
-
-    @property
-    def x_real_time(self):
-        """Game s / wall s; for a killed run the game seconds its slowest sink got through."""
-        g = self.game_s if self.status == "ok" else self.game_done
-        return None if not self.wall_s or not g else g / self.wall_s
-
-    @property
-    def est_total_s(self):
-        """A killed run's wall time extrapolated linearly from its progress (optimistic for
-        windows whose cost grows with time, e.g. landmark heat maps)."""
-        if self.status == "ok" or not self.game_done or not self.game_s or not self.wall_s:
-            return None
-        return self.wall_s * self.game_s / self.game_done
-
+# measuring (the process tree is sampled by benchkit.proc)
 
 def floor_parse(path: Path) -> dict:
     """Plain pyarrow streaming parse of the game: 13 int64 columns, no header; rows and wall s."""
@@ -319,9 +193,9 @@ def game_done(starts: np.ndarray, watermark: int | None) -> int | None:
     return int(np.searchsorted(starts, int(watermark) - C.PS_PER_S, side="right"))
 
 
-def read_delays(path: Path, query: str, max_values: int) -> StreamDelay:
+def read_delays(path: Path, query: str, max_values: int) -> report.StreamDelay:
     """Rows and delay percentiles of one output CSV (``entry_time, write_time`` first)."""
-    sd = StreamDelay(stream=path.name, query=query)
+    sd = report.StreamDelay(stream=path.name, query=query)
     if not path.is_file():
         sd.error = "missing"
         return sd
@@ -406,40 +280,14 @@ def _run_stats_top(path: Path) -> list:
     return sorted(rows, key=lambda t: -t[1])[:6]
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM then SIGKILL the run's process group and every descendant still alive (only
-    processes this script started)."""
-    pids = tree_pids(proc.pid, _proc_parents())
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        for p in pids:
-            try:
-                os.kill(p, sig)
-            except ProcessLookupError:
-                pass
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            pass
-        pids = {p for p in pids if os.path.exists(f"/proc/{p}")}
-        if proc.poll() is not None and not pids:
-            return
-
-
-def free_gb(path: Path) -> float:
-    p = path
-    while not p.exists():
-        p = p.parent
-    return shutil.disk_usage(p).free / 1e9
+def epic_command() -> str:
+    """The ``epic`` of this checkout's .venv, else the one on PATH."""
+    epic = str(ROOT / ".venv" / "bin" / "epic")
+    return epic if os.path.exists(epic) else shutil.which("epic") or "epic"
 
 
 def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[str]:
-    epic = str(ROOT / ".venv" / "bin" / "epic")
-    if not os.path.exists(epic):
-        epic = shutil.which("epic") or "epic"
+    epic = epic_command()
     topo = str(ROOT / "topologies" / "debs2013.py")
     params = ["--", "--input", str(args.input), "--out", str(out),
               "--queries", ",".join(case_queries(case)), "--delays"]
@@ -452,14 +300,14 @@ def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[s
     return cmd + params
 
 
-def run_case(args, case: str, console) -> CaseResult:
+def run_case(args, case: str, console) -> report.CaseResult:
     runtime = split_case(case)[1] or args.runtime
     args = argparse.Namespace(**{**vars(args), "runtime": runtime})
     out = args.out_root / case
     work = args.work_root / case
     stats = args.out_root / f"{case}.stats.json"
     cmd = build_command(args, case, out, work, stats)
-    res = CaseResult(case=case, runtime=args.runtime, fuse=bool(args.fuse and args.runtime ==
+    res = report.CaseResult(case=case, runtime=args.runtime, fuse=bool(args.fuse and args.runtime ==
                                                                 "deploy"),
                      command=shlex.join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c
                                         for c in cmd),
@@ -468,22 +316,19 @@ def run_case(args, case: str, console) -> CaseResult:
         shutil.rmtree(p, ignore_errors=True)
     stats.unlink(missing_ok=True)
     args.out_root.mkdir(parents=True, exist_ok=True)
-    fg = free_gb(args.out_root)
+    fg = proc_tree.free_gb(args.out_root)
     if fg < args.min_free_gb:
         res.status = f"disk: {fg:.1f} GB free < {args.min_free_gb} GB"
         return res
     log_path = args.out_root / f"{case}.log"
     console.print(f"[bold]{case}[/]: {res.command}")
-    peak = 0
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, "COLUMNS": "250"})
+        sampler = proc_tree.Sampler(proc.pid, every=args.mem_every).start()
         killed = None
         last_print = t0
-        last_mem = t0 - 1e9
-        rss = 0
-        loads = []
         while True:
             try:
                 proc.wait(timeout=1.0)
@@ -491,35 +336,33 @@ def run_case(args, case: str, console) -> CaseResult:
             except subprocess.TimeoutExpired:
                 pass
             now = time.perf_counter()
-            loads.append(os.getloadavg()[0])
-            if now - last_mem >= args.mem_every:
-                rss, _ = tree_rss(proc.pid)
-                peak = max(peak, rss)
-                last_mem = time.perf_counter()
             if now - t0 > args.timeout:
                 killed = "timeout"
-            elif free_gb(args.out_root) < args.min_free_gb:
+            elif proc_tree.free_gb(args.out_root) < args.min_free_gb:
                 killed = "disk"
             if killed:
                 if args.runtime == "deploy":
                     res.progress, res.top_nodes = _progress(_status_doc(work), args.runtime,
                                                            len(case_files(case)))
                 res.wall_s = now - t0
-                _kill_tree(proc)
+                proc_tree.kill_tree(proc)
                 break
             if now - last_print >= args.print_every:
                 last_print = now
                 doc = _status_doc(work) if args.runtime == "deploy" else {}
                 prog, _ = _progress(doc, args.runtime) if doc else ({}, [])
                 src = prog.get("source_rows")
-                console.print(f"  {case}: {now - t0:7.0f} s, tree PSS {rss / 2**30:.1f} GiB"
+                console.print(f"  {case}: {now - t0:7.0f} s, tree PSS "
+                              f"{sampler.last_pss / 2**30:.1f} GiB"
                               + (f", source rows {src:,}" if src is not None else "")
-                              + f", free disk {free_gb(args.out_root):.1f} GB")
+                              + f", free disk {proc_tree.free_gb(args.out_root):.1f} GB")
     if res.wall_s is None:
         res.wall_s = time.perf_counter() - t0
+    sampler.stop()
     res.rc = proc.returncode
-    res.peak_rss = peak or None
-    res.load = float(np.mean(loads)) if loads else None
+    res.peak_rss = sampler.peak_pss or None
+    res.load = sampler.mean_load
+    res.cpu_s, res.machine_cpu_s = sampler.tree_cpu_s, sampler.machine_cpu_s
     if killed == "timeout":
         res.status = f"timeout ({args.timeout:.0f} s)"
     elif killed == "disk":
@@ -566,324 +409,7 @@ def run_case(args, case: str, console) -> CaseResult:
     return res
 
 
-def case_missed(r: CaseResult, target_s: float) -> str | None:
-    """Why a case misses its target (None: it does not)."""
-    if r.status != "ok":
-        return r.status
-    if r.case == "all" and r.wall_s is not None and r.wall_s > target_s:
-        return f"{r.wall_s:.0f} s > {target_s:.0f} s target ({r.wall_s / target_s:.2f}x)"
-    return None
-
-
 # ------------------------------------------------------------------------------------------------
-# reporting
-
-def _case_row(r: CaseResult, target_s: float):
-    eps = r.events_per_s
-    xrt = r.x_real_time
-    wall = "-" if r.wall_s is None else f"{r.wall_s:,.1f}"
-    if r.status != "ok" and r.wall_s is not None:
-        wall = f">{r.wall_s:,.0f}" if r.status.startswith(("timeout", "killed")) else wall
-    miss = case_missed(r, target_s)
-    verdict = "ok" if miss is None else "MISSED"
-    if r.case == "all" and miss is None:
-        verdict = f"ok (<= {target_s:.0f} s)"
-    elif "@" in r.case and miss is None:
-        verdict = "peer: ok" + (f" ({'<=' if r.wall_s <= target_s else '>'} {target_s:.0f} s)"
-                                if split_case(r.case)[0] == "all" else "")
-    mode = r.runtime + (" --fuse" if r.fuse else "")
-    return [r.case, mode, fmt_num(r.input_rows), wall,
-            "-" if eps is None else ("<" if r.status != "ok" else "") + fmt_num(eps),
-            "-" if xrt is None else ("~" if r.status != "ok" else "") + f"{xrt:.2f}",
-            "-" if r.game_done is None else fmt_num(r.game_done),
-            "-" if r.est_total_s is None else f"~{r.est_total_s:,.0f}",
-            "-" if r.peak_rss is None else f"{r.peak_rss / 2**30:.1f}",
-            fmt_num(r.rows_out), "-" if r.load is None else f"{r.load:.1f}", r.status, verdict]
-
-
-CASE_COLS = ["case", "runtime", "input rows", "wall s", "events/s", "x real time",
-             "game s done", "est. total s", "peak PSS GiB", "rows out", "load", "status",
-             "target"]
-DELAY_COLS = ["stream", "query", "rows", "p50 ms", "p99 ms", "max ms", "sampled"]
-
-
-def _delay_row(s: dict):
-    return [s["stream"], s["query"], fmt_num(s["rows"]), fmt_num(s["p50_ms"], 1),
-            fmt_num(s["p99_ms"], 1), fmt_num(s["max_ms"], 1),
-            s["sampled"] + (f" ({s['error']})" if s.get("error") else "")]
-
-
-def _floor_row(fl: dict):
-    return ["floor: pyarrow parse", "pyarrow.csv.open_csv", fmt_num(fl["rows"]),
-            f"{fl['wall_s']:,.1f}", fmt_num(fl["rows_per_s"]),
-            "-" if not fl.get("x_real_time") else f"{fl['x_real_time']:.1f}", "-", "-", "-", "-",
-            "-" if fl.get("load") is None else f"{fl['load']:.1f}", "ok", ""]
-
-
-def print_tables(console, results: dict) -> None:
-    from rich.table import Table
-
-    target = results["target_seconds"]
-    t = Table(title=f"DEBS 2013 benchmark: {results['input']} ({results['game_s']} game s)",
-              title_justify="left")
-    for c in CASE_COLS:
-        t.add_column(c, justify="left" if c in ("case", "runtime", "status", "target") else "right")
-    for r in results["cases"]:
-        t.add_row(*_case_row(CaseResult(**r), target))
-    if results.get("floor"):
-        t.add_row(*_floor_row(results["floor"]))
-    console.print(t)
-    for dc in delay_cases(results):
-        d = Table(title=f"Delays per output stream, case {dc['case']} ({dc['status']})",
-                  title_justify="left")
-        for c in DELAY_COLS:
-            d.add_column(c, justify="left" if c in ("stream", "query", "sampled") else "right")
-        for s in dc["streams"]:
-            d.add_row(*_delay_row(s))
-        console.print(d)
-    if results.get("not_run"):
-        console.print("not run (budget used up): " + ", ".join(results["not_run"]))
-    for r in results["cases"]:
-        if r.get("top_nodes"):
-            what = ("queries (sum of micro-batch durations with rows)" if r["runtime"] == "deploy"
-                    else "nodes (seconds inside the node)")
-            console.print(f"{r['case']}: busiest {what}: "
-                          + "; ".join(f"{n} {ms / 1000:,.1f} s" for n, ms, _ in r["top_nodes"][:4]))
-        if r.get("progress", {}).get("source_rows") is not None and r["status"] != "ok":
-            console.print(f"{r['case']}: when it stopped the source had read "
-                          f"{r['progress']['source_rows']:,} of {fmt_num(results['input_rows'])} "
-                          "rows")
-
-
-def delay_cases(results: dict) -> list[dict]:
-    """The cases whose delays are shown: the all-queries cases (``all``, ``all@run``) that ran,
-    else the first case run."""
-    cases = [r for r in results["cases"] if r.get("streams")]
-    alls = [r for r in cases if split_case(r["case"])[0] == "all"]
-    return alls or cases[:1]
-
-
-def md_table(cols, rows) -> str:
-    right = [c not in ("case", "runtime", "status", "target", "stream", "query", "sampled")
-             for c in cols]
-    out = ["| " + " | ".join(cols) + " |",
-           "|" + "|".join("---:" if r else "---" for r in right) + "|"]
-    out += ["| " + " | ".join(str(v).replace("|", "/") for v in row) + " |" for row in rows]
-    return "\n".join(out)
-
-
-def _throughput_axes(results: dict, ax1, ax2) -> None:
-    cases = [r for r in results["cases"] if r.get("wall_s") is not None]
-    names = [r["case"] for r in cases]
-    walls = [r["wall_s"] for r in cases]
-    eps = [results["input_rows"] / r["wall_s"] if r["wall_s"] else 0 for r in cases]
-    colors = ["tab:blue" if r["status"] == "ok" else "tab:red" for r in cases]
-    fl = results.get("floor")
-    if fl:
-        names.append("pyarrow\nparse")
-        walls.append(fl["wall_s"])
-        eps.append(fl["rows_per_s"])
-        colors.append("tab:gray")
-    ax1.bar(names, [w / 60 for w in walls], color=colors)
-    ax1.axhline(results["target_seconds"] / 60, color="k", ls="--", lw=1,
-                label=f"target for all: {results['target_seconds'] / 60:.0f} min")
-    est_label = "linear estimate of a killed run's total"
-    for i, r in enumerate(cases):
-        if r["status"] != "ok":
-            est = CaseResult(**r).est_total_s
-            top = r["wall_s"]
-            if est is not None and est > r["wall_s"]:
-                ax1.bar([i], [est / 60], fill=False, edgecolor="tab:red", ls="--",
-                        label=est_label)
-                est_label = None
-                top = est
-            ax1.text(i, top / 60, r["status"].split(" ")[0].rstrip(":"), ha="center",
-                     va="bottom", fontsize=8, color="tab:red")
-    label = (f"{results['input']}: {results['input_rows']:,} rows, {results['game_s']} game s, "
-             f"{results['runtime_label']}, {results['date']}")
-    ax1.set_ylabel("wall time, min")
-    ax1.set_title(f"wall time (red: killed / failed)\n{label}", fontsize=9)
-    ax1.legend(fontsize=8)
-    ax2.bar(names, eps, color=colors)
-    ax2.axhline(REAL_TIME_RATE, color="k", ls="--", lw=1, label="real time: 15 K events/s")
-    ax2.set_yscale("log")
-    ax2.set_ylim(bottom=1000)
-    ax2.set_ylabel("input events / s (log)")
-    ax2.set_title(f"throughput (cf. EPIC paper fig. 5)\n{label}", fontsize=9)
-    ax2.legend(fontsize=8)
-
-
-def plot(results: dict, img_dir: Path, extras: list[dict] = ()) -> list[Path]:
-    """``debs_throughput.png`` (one row per results set: the main run, then ``extras``) and
-    ``debs_delays.png`` (the first set with delay rows)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    img_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    sets = [results, *extras]
-    fig, axes = plt.subplots(len(sets), 2, figsize=(12, 4.4 * len(sets)), squeeze=False)
-    for res, (ax1, ax2) in zip(sets, axes):
-        _throughput_axes(res, ax1, ax2)
-    fig.tight_layout()
-    p = img_dir / "debs_throughput.png"
-    fig.savefig(p, dpi=100)
-    plt.close(fig)
-    paths.append(p)
-
-    dsets = [(res, dc) for res in sets for dc in delay_cases(res)
-             if any(s.get("p50_ms") is not None for s in dc["streams"])]
-    if dsets:
-        fig, axs = plt.subplots(len(dsets), 1, figsize=(12, 4.6 * len(dsets)), squeeze=False)
-        for (res, dc), (ax,) in zip(dsets, axs):
-            ss = [s for s in dc["streams"] if s.get("p50_ms") is not None]
-            x = np.arange(len(ss))
-            ax.bar(x - 0.2, [s["p50_ms"] / 1000 for s in ss], 0.4, label="p50")
-            ax.bar(x + 0.2, [s["p99_ms"] / 1000 for s in ss], 0.4, label="p99")
-            ax.set_xticks(x, [s["stream"].removesuffix(".csv") for s in ss], rotation=45,
-                          ha="right", fontsize=8)
-            lo = min(s["p50_ms"] for s in ss)
-            hi = max(s["p99_ms"] for s in ss)
-            if lo > 0 and hi / lo > 30:
-                ax.set_yscale("log")
-            else:
-                ax.set_ylim(bottom=0)
-            ax.set_ylabel("delay (write - entry), s")
-            ax.set_title(f"delay per output stream (cf. EPIC paper fig. 6): {res['input']}, case "
-                         f"{dc['case']} ({dc['status']}), "
-                         f"{dc['runtime'] + (' --fuse' if dc.get('fuse') else '')}, {res['date']}",
-                         fontsize=9)
-            ax.legend()
-        fig.tight_layout()
-        p = img_dir / "debs_delays.png"
-        fig.savefig(p, dpi=100)
-        plt.close(fig)
-        paths.append(p)
-    return paths
-
-
-def extra_section(results: dict) -> list[str]:
-    """A shorter block for another run (``--also-json``): command, load, case and delay tables."""
-    target = results["target_seconds"]
-    rows = [_case_row(CaseResult(**r), target) for r in results["cases"]]
-    if results.get("floor"):
-        rows.append(_floor_row(results["floor"]))
-    lines = [f"### Also measured: `{results['input']}` ({fmt_num(results['input_rows'])} rows, "
-             f"{results['game_s']} game seconds), {results['date']}", "",
-             "```", results["argv"], "```", "",
-             f"Load average at the start `{results['load_start']}`, at the end "
-             f"`{results['load_end']}`.", "", md_table(CASE_COLS, rows), ""]
-    for r in results["cases"]:
-        if r.get("top_nodes"):
-            lines.append(f"- `{r['case']}` busiest queries: " + "; ".join(
-                f"`{n}` {ms / 1000:,.1f} s" for n, ms, _ in r["top_nodes"][:4]) + ".")
-    lines.append("")
-    for dc in delay_cases(results):
-        lines += [f"Delays, case `{dc['case']}` ({dc['status']}):", "",
-                  md_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]]), ""]
-    return lines
-
-
-def docs_section(results: dict, notes: str, extras: list[dict] = ()) -> str:
-    target = results["target_seconds"]
-    rows = [_case_row(CaseResult(**r), target) for r in results["cases"]]
-    if results.get("floor"):
-        rows.append(_floor_row(results["floor"]))
-    lines = [DOC_BEGIN, "## DEBS 2013 benchmark (scripts/bench_debs.py)", "",
-             "Generated by `scripts/bench_debs.py --write-docs` (tables and plots); edit the script"
-             " or its `--notes` file, not this section.", "",
-             "```", results["argv"], "```", "",
-             f"Run {results['date']} on {results['machine']}; load average (uptime) at the start "
-             f"`{results['load_start']}`, at the end `{results['load_end']}` (the machine was "
-             "shared with other engineers' CPU-heavy jobs, so wall times are upper bounds for a "
-             "quiet machine).", "",
-             f"Input `{results['input']}`: {fmt_num(results['input_rows'])} rows, "
-             f"{results['input_bytes'] / 1e9:.2f} GB, {results['game_s']} game seconds (seconds "
-             "of the two halves with data). Each case runs the DEBS topology as a subprocess with "
-             "`--delays`; wall s is the whole command (Spark/JVM start included); events/s = input "
-             "rows / wall s (the real-time rate is 15,000/s); x real time = game s / wall s; "
-             "load = mean 1-min load average during the run (2 cores); peak PSS = sum of the "
-             "proportional set size over the `epic` process and all its descendants (JVM, "
-             f"Python workers), sampled every {results.get('mem_every', 5):g} s. A killed run's "
-             "wall s and events/s are bounds (`>`, "
-             "`<`), its rows out are what it wrote before the kill, `game s done` is the game "
-             "seconds behind its slowest sink's input watermark at the kill, its x real time "
-             "(`~`) is game s done / wall s and `est. total s` extrapolates that rate linearly "
-             "to the whole game (optimistic where a window's cost grows with time, e.g. the "
-             "landmark heat map).", "",
-             md_table(CASE_COLS, rows), ""]
-    verdicts = []
-    for r in results["cases"]:
-        miss = case_missed(CaseResult(**r), target)
-        if r["case"] == "all":
-            verdicts.append("**All four queries: " + (
-                f"target met** ({r['wall_s']:.0f} s <= {target:.0f} s)." if miss is None
-                else f"target ({target:.0f} s) MISSED**: {miss}."))
-        elif miss is not None:
-            verdicts.append(f"{r['case']}: {miss}.")
-    if not any(r["case"] == "all" for r in results["cases"]):
-        verdicts.append("**The all-queries case was not run.**")
-    not_run = [c for c in CASES if c not in [r["case"] for r in results["cases"]]]
-    if results.get("not_run"):
-        verdicts.append("Not run for lack of time (`--budget`): " + ", ".join(results["not_run"])
-                        + ".")
-        not_run = [c for c in not_run if c not in results["not_run"]]
-    if not_run:
-        verdicts.append("Not run: " + ", ".join(not_run) + ".")
-    lines += [" ".join(verdicts), ""]
-    for r in results["cases"]:
-        prog = r.get("progress") or {}
-        if r["status"] != "ok" and prog.get("source_rows") is not None:
-            when = "at the kill" if r["status"].startswith(("timeout", "killed")) else \
-                "when it failed"
-            lines.append(f"- `{r['case']}` {when}: the source had read "
-                         f"{prog['source_rows']:,} of {fmt_num(results['input_rows'])} input rows"
-                         + (f"; slowest sink's watermark at game time "
-                            f"{game_clock(int(prog['min_sink_watermark']))}"
-                            if prog.get("min_sink_watermark") else "") + ".")
-        if r.get("top_nodes"):
-            lines.append(f"- `{r['case']}` busiest "
-                         + ("queries (sum of micro-batch durations with rows): "
-                            if r["runtime"] == "deploy" else "nodes (seconds inside the node): ")
-                         + "; ".join(f"`{n}` {ms / 1000:,.1f} s" for n, ms, _ in
-                                     r["top_nodes"][:4]) + ".")
-    lines.append("")
-    for dc in delay_cases(results):
-        lines += [f"Delay per output stream (`write_time - entry_time`, spec section 9), case "
-                  f"`{dc['case']}` ({dc['status']}); percentiles over all rows, or every k-th "
-                  "row where `sampled` says 1/k:", "",
-                  md_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]]), ""]
-    lines += ["![wall time and events/s per case](img/debs_throughput.png)", "",
-              "![p50 / p99 delay per output stream](img/debs_delays.png)", ""]
-    for ex in extras:
-        lines += extra_section(ex)
-    if notes:
-        lines += [notes.rstrip(), ""]
-    lines.append(DOC_END)
-    return "\n".join(lines) + "\n"
-
-
-def write_docs(results: dict, notes: str, doc_path: Path, extras: list[dict] = ()) -> None:
-    text = doc_path.read_text()
-    section = docs_section(results, notes, extras)
-    if DOC_BEGIN in text and DOC_END in text:
-        a = text.index(DOC_BEGIN)
-        b = text.index(DOC_END) + len(DOC_END)
-        text = text[:a] + section.rstrip("\n") + text[b:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    doc_path.write_text(text)
-
-
-# ------------------------------------------------------------------------------------------------
-
-def _uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "?"
-
 
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
@@ -905,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                          "cases not started when it is used up are reported as not run")
     ap.add_argument("--target-seconds", type=float, default=600.0, help="target of the all case")
     ap.add_argument("--write-docs", action="store_true",
-                    help="update docs/performance.md's section and docs/img/debs_*.png")
+                    help="then update docs/performance.md's section and docs/img/debs_*.png "
+                         "(the step scripts/bench_docs.py runs)")
     ap.add_argument("--notes", type=Path, default=None, help="markdown appended to the section")
     ap.add_argument("--also-json", type=Path, action="append", default=[],
                     help="with --write-docs: also render this results.json (another input) in "
@@ -931,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.from_json is not None:
         results = json.loads(args.from_json.read_text())
-        print_tables(console, results)
+        report.print_tables(console, results)
     else:
         try:
             cases = parse_cases(args.cases)
@@ -944,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out_root = args.out_root if args.out_root.is_absolute() else ROOT / args.out_root
         args.work_root = args.work_root if args.work_root.is_absolute() else ROOT / args.work_root
         if not args.input.is_file():
-            gen = [str(ROOT / ".venv/bin/epic"), "debs", "generate", "--out", str(args.input)]
+            gen = [epic_command(), "debs", "generate", "--out", str(args.input)]
             if args.minutes is not None:
                 gen += ["--minutes", f"{args.minutes:g}", "--seed", "1"]
             elif args.input != ROOT / "data/full-game":
@@ -954,14 +481,14 @@ def main(argv: list[str] | None = None) -> int:
             if subprocess.run(gen, cwd=ROOT).returncode != 0:
                 console.print("[red]generating the game failed[/]")
                 return 2
-        fg = free_gb(args.out_root)
+        fg = proc_tree.free_gb(args.out_root)
         console.print(f"free disk at {args.out_root}: {fg:.1f} GB (runs are killed below "
                       f"{args.min_free_gb} GB)")
         if fg < args.min_free_gb + 1:
             console.print(f"[red]too little free disk ({fg:.1f} GB) for the outputs; free some or "
                           "lower --min-free-gb[/]")
             return 2
-        load_start = _uptime()
+        load_start = proc_tree.uptime()
         console.print(f"load: {load_start}")
         results = {
             "argv": ".venv/bin/python scripts/bench_debs.py "
@@ -1010,24 +537,23 @@ def main(argv: list[str] | None = None) -> int:
             r.input_rows = results["input_rows"]
             r.game_s = results["game_s"]
             results["cases"].append(asdict(r))
-            results["load_end"] = _uptime()
+            results["load_end"] = proc_tree.uptime()
             json_path.write_text(json.dumps(results, indent=1, default=str))
             if r.status.startswith("failed") and r.log_tail:
                 console.print(f"[red]{case} log tail:[/]\n{r.log_tail[-600:]}")
-        results["load_end"] = _uptime()
+        results["load_end"] = proc_tree.uptime()
         json_path.write_text(json.dumps(results, indent=1, default=str))
         console.print(f"results: {os.path.relpath(json_path, ROOT)}")
-        print_tables(console, results)
+        report.print_tables(console, results)
 
-    if args.write_docs:
+    if args.write_docs:   # the docs step, as scripts/bench_docs.py runs it
         notes = args.notes.read_text() if args.notes else ""
         extras = [json.loads(Path(p).read_text()) for p in args.also_json]
-        for p in plot(results, ROOT / "docs" / "img", extras):
+        for p in report.render(results, notes, ROOT / "docs" / "performance.md",
+                               ROOT / "docs" / "img", extras):
             console.print(f"wrote {os.path.relpath(p, ROOT)}")
-        write_docs(results, notes, ROOT / "docs" / "performance.md", extras)
-        console.print("updated docs/performance.md (section between bench_debs markers)")
 
-    misses = [(r["case"], case_missed(CaseResult(**r), results["target_seconds"]))
+    misses = [(r["case"], report.case_missed(report.CaseResult(**r), results["target_seconds"]))
               for r in results["cases"]]
     misses = [(c, m) for c, m in misses if m is not None]
     misses += [(c, "not run (budget used up)") for c in results.get("not_run", [])]

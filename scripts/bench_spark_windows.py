@@ -35,6 +35,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchkit.tables import text_table  # noqa: E402
 
 import epic  # noqa: E402
 
@@ -147,11 +150,10 @@ def main() -> int:
     n = table.num_rows
     print(f"# sliding 60 s / 1 s, mean+max, {KEYS} keys x {HZ} Hz x {args.seconds} s = {n:,} "
           f"events; session start {session_s:.1f} s (not counted)")
-    print(f"| {'engine':<20} | {'seconds':>8} | {'events/s':>12} | {'rows out':>9} |")
-    print(f"|{'-' * 22}|{'-' * 10}|{'-' * 14}|{'-' * 11}|")
-    for name in (*labels, "spark window()", "epic run", "numpy"):
-        print(f"| {name:<20} | {times[name]:>8.2f} | {n / times[name]:>12,.0f} | "
-              f"{rows[name]:>9,} |")
+    print(text_table(["engine", "seconds", "events/s", "rows out"],
+                     [[name, f"{times[name]:.2f}", f"{n / times[name]:,.0f}", f"{rows[name]:,}"]
+                      for name in (*labels, "spark window()", "epic run", "numpy")],
+                     left=("engine",)))
     for name in labels:
         print(f"\n{name} vs Spark window(): {times['spark window()'] / times[name]:.2f}x")
     best = min(times[name] for name in labels)

@@ -7,8 +7,8 @@ Cases (one shared local[2] SparkSession, started before any timing):
   per stateless hop: rows / (sum of that query's micro-batch durations);
 * ``stateful 16`` / ``stateful 10000``: source -> keyed 1 s tumbling count window -> sink, with 16
   and 10 000 keys; the same rate for the window hop, and its microseconds per row;
-* CPU-us per row per hop: CPU time of the machine (``/proc/stat``) during the case / rows / hops
-  (so it includes Spark's own overhead and the source and sink queries);
+* CPU-us per row per hop: CPU time of the machine (``/proc/stat``, ``benchkit.proc``) during the
+  case / rows / hops (so it includes Spark's own overhead and the source and sink queries);
 * ``latency``: a live source producing 200 K rows/s (20 K-row batches every 0.1 s) with delay
   logging -> map -> CSV sink with delay columns, run for ``--live-seconds`` then stopped; p50/p99
   of write time - entry time.
@@ -35,22 +35,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchkit.proc import machine_cpu_seconds  # noqa: E402
+from benchkit.tables import text_table  # noqa: E402
 
 import epic  # noqa: E402
 
 STATELESS_TARGET = 200_000
 STATEFUL_US_TARGET = 6.0
-
-
-def _cpu_seconds() -> float:
-    with open("/proc/stat") as f:
-        parts = f.readline().split()[1:]
-    vals = [int(x) for x in parts]
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return (sum(vals[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def _batches(rows: int, keys: int, batch: int = 1_000_000):
@@ -100,9 +95,9 @@ def run_case(spark, base, name, topo_hops, rows, fuse=False):
 
     t, hops = topo_hops
     n_hops = len(hops)
-    cpu0 = _cpu_seconds()
+    cpu0 = machine_cpu_seconds()
     r = deploy(t, os.path.join(base, name), spark=spark, timeout=3600, fuse=fuse)
-    cpu = _cpu_seconds() - cpu0
+    cpu = machine_cpu_seconds() - cpu0
     if fuse:
         # One query runs source, hops and sink: its busy time is charged as one hop (conservative).
         hops = [q for q in r.status["nodes"] if "+" in q]
@@ -166,9 +161,8 @@ def main() -> int:
     spark = build_session("local[2]", app_name="bench_topics")
     failed = False
     print(f"# {args.rows:,} rows per case, 1 M-row batches, local[2]")
-    print(f"| {'case':<15} | {'hop':<6} | {'rows':>10} | {'busy s':>7} | {'rows/s per hop':>14} "
-          f"| {'us/row':>7} | {'CPU-us/row/hop':>14} | {'wall s':>7} |")
-    print(f"|{'-' * 17}|{'-' * 8}|{'-' * 12}|{'-' * 9}|{'-' * 16}|{'-' * 9}|{'-' * 16}|{'-' * 9}|")
+    table = []
+
     def cases(tag):
         return [("chain", chain_topology(args.rows, os.path.join(base, f"chain{tag}.parquet"))),
                 ("stateful 16", stateful_topology(args.rows, 16,
@@ -184,14 +178,17 @@ def main() -> int:
         for h, rows, busy, rate, us in res:
             if fuse:
                 h = "fused"
-            print(f"| {name:<15} | {h:<6} | {rows:>10,} | {busy:>7.2f} | {rate:>14,.0f} | "
-                  f"{us:>7.2f} | {cpu_us:>14.2f} | {wall:>7.1f} |")
+            table.append([name, h, f"{rows:,}", f"{busy:.2f}", f"{rate:,.0f}", f"{us:.2f}",
+                          f"{cpu_us:.2f}", f"{wall:.1f}"])
+            print(f"  {name} {h}: {rate:,.0f} rows/s, {us:.2f} us/row", flush=True)
             if name == "chain" and rate < STATELESS_TARGET and variants == (False,):
                 failed = True
             if name == "chain+fuse" and rate < STATELESS_TARGET:
                 failed = True
             if name == "stateful 16" and us > STATEFUL_US_TARGET:
                 failed = True
+    print(text_table(["case", "hop", "rows", "busy s", "rows/s per hop", "us/row",
+                      "CPU-us/row/hop", "wall s"], table, left=("case", "hop")))
     n, p50, p99 = latency_case(spark, base, args.live_seconds, fuse=variants[-1])
     print(f"\nlive producer 200 K rows/s for {args.live_seconds:.0f} s, source -> map -> CSV"
           f"{' (--fuse: one query)' if variants[-1] else ''}: "

@@ -1,7 +1,8 @@
 """Rough measurement of one stateless mapInArrow hop, topic -> Spark -> topic.
 
 Prints rows/s at 1 M- and 100 K-row segments and the fixed cost per micro-batch (1-row segments),
-with CPU-seconds of the whole process tree (driver, JVM, Python workers). Prototype for the real
+with CPU-seconds of the whole process tree (driver, JVM, Python workers:
+``benchkit.proc.tree_cpu_seconds``). Prototype for the real
 ``scripts/bench_topics.py``; run with ``.venv/bin/python scripts/bench_topics_prototype.py``.
 """
 
@@ -17,36 +18,15 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchkit.proc import tree_cpu_seconds  # noqa: E402
+from benchkit.tables import text_table  # noqa: E402
 
 from epic.spark import build_session, read_topic, write_topic  # noqa: E402
 from epic.topics import Topic  # noqa: E402
 
 SCHEMA = pa.schema([("ts", pa.int64()), ("key", pa.int64()), ("v", pa.float64())])
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds() -> float:
-    """User+system CPU of this process and all its live descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        stats[int(d)] = fields
-        children.setdefault(int(fields[1]), []).append(int(d))
-    total, todo = 0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        f = stats.get(pid)
-        if f:
-            total += int(f[11]) + int(f[12])  # utime, stime
-        todo.extend(children.get(pid, []))
-    return total / TICKS
 
 
 def make_input(path: str, segments: int, rows: int) -> None:
@@ -103,13 +83,13 @@ def main() -> None:
         ]
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(f"{'run':<12} {'rows':>9} {'batches':>7} {'wall s':>7} {'rows/s':>10}"
-          f" {'rows/s in batch':>15} {'med batch ms':>12} {'CPU us/row':>10} {'CPU s/batch':>11}")
-    for r in runs:
-        print(f"{r['name']:<12} {r['rows']:>9} {r['batches']:>7} {r['wall_s']:>7.2f}"
-              f" {r['rows_per_s']:>10.0f} {r['rows_per_s_in_batches']:>15.0f}"
-              f" {r['median_batch_ms']:>12.0f} {r['cpu_us_per_row']:>10.2f}"
-              f" {r['cpu_s_per_batch']:>11.2f}")
+    cols = ["run", "rows", "batches", "wall s", "rows/s", "rows/s in batch", "med batch ms",
+            "CPU us/row", "CPU s/batch"]
+    print(text_table(cols, [
+        [r["name"], r["rows"], r["batches"], f"{r['wall_s']:.2f}", f"{r['rows_per_s']:.0f}",
+         f"{r['rows_per_s_in_batches']:.0f}", f"{r['median_batch_ms']:.0f}",
+         f"{r['cpu_us_per_row']:.2f}", f"{r['cpu_s_per_batch']:.2f}"] for r in runs],
+        left=("run",)))
     print("segments per micro-batch: _x1 = 1 (one task), _x2 = 2 (both cores)")
 
 

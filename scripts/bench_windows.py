@@ -36,6 +36,9 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchkit.tables import print_table  # noqa: E402
 
 from epic import aggregates as A  # noqa: E402
 from epic.windows import WindowOperator, few_time, landmark  # noqa: E402
@@ -254,7 +257,7 @@ def main(argv=None) -> int:
 
     headers = ["aggregate", "window", "mode", "rows out", "best ms", "cpu ms", "M elem/s",
                ">= M/s", "20m/1m <= 1.25", "vs numpy"]
-    _print_table(headers, rows)
+    print_table(headers, rows, left=("aggregate", "window", "mode"), title="epic window engine")
     print(f"numpy prefix-sum reference (60 s mean, every 1 s, per key): {ref_best * 1e3:.1f} ms "
           f"= {n / ref_best / 1e6:.1f} M elem/s")
     for agg_name, (ok, worst, detail) in correctness.items():
@@ -272,23 +275,6 @@ def main(argv=None) -> int:
         return 1
     print("all targets met")
     return 0
-
-
-def _print_table(headers, rows):
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-        for r in [headers, *rows]:
-            print("  ".join(str(x).rjust(w) for x, w in zip(r, widths)))
-        return
-    table = Table(title="epic window engine")
-    for h in headers:
-        table.add_column(h, justify="left" if h in ("aggregate", "window", "mode") else "right")
-    for r in rows:
-        table.add_row(*r)
-    Console(width=140).print(table)
 
 
 if __name__ == "__main__":

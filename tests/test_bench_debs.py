@@ -1,4 +1,5 @@
-"""Pure helpers of scripts/bench_debs.py (no Spark, no subprocess)."""
+"""Pure helpers of scripts/bench_debs.py and its report (benchkit.debs_report); no Spark, no
+subprocess."""
 
 import importlib.util
 import sys
@@ -8,6 +9,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchkit import debs_report as report  # noqa: E402
 
 
 def _load():
@@ -53,11 +57,8 @@ def test_percentiles_and_stride():
     assert bd.sample_stride(1001, 100) == 11
 
 
-def test_tree_pids_and_formatting():
-    parents = {1: 0, 10: 1, 11: 10, 12: 11, 20: 1, 21: 20}
-    assert bd.tree_pids(10, parents) == {10, 11, 12}
-    assert bd.fmt_num(1234567) == "1,234,567" and bd.fmt_num(None) == "-"
-    assert bd.game_clock(bd.HALF_STARTS[1] + 754 * PS) == "half 2 +12:34"
+def test_game_clock():
+    assert report.game_clock(bd.HALF_STARTS[1] + 754 * PS) == "half 2 +12:34"
 
 
 def test_read_delays_streaming_and_sampled(tmp_path):
@@ -94,14 +95,14 @@ def test_docs_section_replaces_only_its_own_part(tmp_path):
                                      error=None)],
                        log_tail="", started="")],
     }
-    bd.write_docs(results, "", doc)
+    report.write_docs(results, "", doc)
     text = doc.read_text()
     assert text.startswith("# Performance\n\nother text\n")
     assert "MISSED" in text and "700 s > 600 s" in text
     results["cases"][0]["wall_s"] = 500.0
-    bd.write_docs(results, "note", doc)
+    report.write_docs(results, "note", doc)
     text2 = doc.read_text()
-    assert text2.count(bd.DOC_BEGIN) == 1 and "target met" in text2 and "note" in text2
+    assert text2.count(report.DOC_BEGIN) == 1 and "target met" in text2 and "note" in text2
     assert text2.startswith("# Performance\n\nother text\n")
 
 
@@ -113,7 +114,7 @@ def test_game_done_counts_whole_seconds_before_the_watermark():
     assert bd.game_done(starts, h1) == 0
     assert bd.game_done(starts, h1 + 3 * PS + 1) == 3
     assert bd.game_done(starts, h2 + 2 * PS) == 12
-    r = bd.CaseResult(case="all", runtime="deploy", fuse=True, command="c", status="timeout",
+    r = report.CaseResult(case="all", runtime="deploy", fuse=True, command="c", status="timeout",
                       wall_s=100.0, game_s=15, game_done=5)
     assert r.x_real_time == pytest.approx(0.05) and r.est_total_s == pytest.approx(300.0)
 
@@ -126,10 +127,10 @@ def test_case_timeouts():
 def test_peer_cases_on_another_runtime():
     assert bd.parse_cases("all, all@run:900") == ["all", "all@run"]
     assert bd.case_timeouts("all, all@run:900") == {"all@run": 900.0}
-    assert bd.split_case("all@run") == ("all", "run") and bd.split_case("q2") == ("q2", None)
+    assert report.split_case("all@run") == ("all", "run") and report.split_case("q2") == ("q2", None)
     assert len(bd.case_files("all@run")) == 15
     with pytest.raises(ValueError):
         bd.parse_cases("all@flink")
-    peer = bd.CaseResult(case="all@run", runtime="run", fuse=False, command="c", status="ok",
+    peer = report.CaseResult(case="all@run", runtime="run", fuse=False, command="c", status="ok",
                          wall_s=700.0)
-    assert bd.case_missed(peer, 600.0) is None      # the target is for the deploy's all case
+    assert report.case_missed(peer, 600.0) is None      # the target is for the deploy's all case

@@ -1,0 +1,380 @@
+"""The DEBS 2013 benchmark's results and how they are shown.
+
+``scripts/bench_debs.py`` measures and writes ``results.json`` (a dict: the run's command, date,
+machine, load, input, target, the floor, and one :class:`CaseResult` per case as a dict);
+``scripts/bench_docs.py`` (and ``bench_debs.py --write-docs``, the same code) turns one or more
+such files into the generated section of ``docs/performance.md`` (between :data:`DOC_BEGIN` and
+:data:`DOC_END`) and ``docs/img/debs_*.png``. Both print the console tables from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from benchkit import docs, plots
+from benchkit.tables import fmt_num, md_table, print_table
+from debs2013 import constants as C
+
+REAL_TIME_RATE = 15_000          # events/s of the real game (spec section 9)
+CASES = ("q1", "q2", "q3", "q4", "all")
+DOC_BEGIN = "<!-- bench_debs:begin -->"
+DOC_END = "<!-- bench_debs:end -->"
+HALF_STARTS = (C.FIRST_HALF_START, C.SECOND_HALF_START)
+LEFT = ("case", "runtime", "status", "target", "stream", "query", "sampled")
+
+
+def split_case(case: str) -> tuple[str, str | None]:
+    """``"all@run"`` -> ``("all", "run")`` (a case on another runtime, e.g. a peer in the same
+    run); ``"q1"`` -> ``("q1", None)``."""
+    name, _, runtime = case.partition("@")
+    if runtime and runtime not in ("deploy", "run"):
+        raise ValueError(f"unknown runtime {runtime!r} in case {case!r} (deploy or run)")
+    return name, runtime or None
+
+
+def game_clock(ts_ps: int) -> str:
+    """An event time (ps) as ``"half 2 +12:34"`` (time since that half's kick-off)."""
+    half = 2 if ts_ps >= C.SECOND_HALF_START else 1
+    d = (ts_ps - HALF_STARTS[half - 1]) / C.PS_PER_S
+    sign = "-" if d < 0 else "+"
+    d = abs(int(d))
+    return f"half {half} {sign}{d // 60}:{d % 60:02d}"
+
+@dataclass
+class StreamDelay:
+    stream: str
+    query: str
+    rows: int | None = None
+    sampled: str = "all"
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+    bytes: int | None = None
+    read_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class CaseResult:
+    case: str
+    runtime: str
+    fuse: bool
+    command: str
+    status: str = "not run"       # ok | failed (rc N) | timeout | disk | not run
+    rc: int | None = None
+    wall_s: float | None = None
+    input_rows: int | None = None
+    game_s: int | None = None
+    peak_rss: int | None = None
+    rows_out: int | None = None
+    out_bytes: int | None = None
+    load: float | None = None      # mean 1-min load average during the run
+    cpu_s: float | None = None     # CPU s of the process tree (each process as last sampled)
+    machine_cpu_s: float | None = None   # busy CPU s of the whole machine during the run
+    game_done: int | None = None   # game seconds behind the slowest sink's watermark
+    progress: dict = field(default_factory=dict)
+    top_nodes: list = field(default_factory=list)
+    streams: list = field(default_factory=list)
+    log_tail: str = ""
+    started: str = ""
+
+    @property
+    def events_per_s(self):
+        return None if not self.wall_s or self.input_rows is None else self.input_rows / self.wall_s
+
+    @property
+    def x_real_time(self):
+        """Game s / wall s; for a killed run the game seconds its slowest sink got through."""
+        g = self.game_s if self.status == "ok" else self.game_done
+        return None if not self.wall_s or not g else g / self.wall_s
+
+    @property
+    def est_total_s(self):
+        """A killed run's wall time extrapolated linearly from its progress (optimistic for
+        windows whose cost grows with time, e.g. landmark heat maps)."""
+        if self.status == "ok" or not self.game_done or not self.game_s or not self.wall_s:
+            return None
+        return self.wall_s * self.game_s / self.game_done
+
+def case_missed(r: CaseResult, target_s: float) -> str | None:
+    """Why a case misses its target (None: it does not)."""
+    if r.status != "ok":
+        return r.status
+    if r.case == "all" and r.wall_s is not None and r.wall_s > target_s:
+        return f"{r.wall_s:.0f} s > {target_s:.0f} s target ({r.wall_s / target_s:.2f}x)"
+    return None
+
+# ------------------------------------------------------------------------------------------------
+# tables and plots
+
+def _case_row(r: CaseResult, target_s: float):
+    eps = r.events_per_s
+    xrt = r.x_real_time
+    wall = "-" if r.wall_s is None else f"{r.wall_s:,.1f}"
+    if r.status != "ok" and r.wall_s is not None:
+        wall = f">{r.wall_s:,.0f}" if r.status.startswith(("timeout", "killed")) else wall
+    miss = case_missed(r, target_s)
+    verdict = "ok" if miss is None else "MISSED"
+    if r.case == "all" and miss is None:
+        verdict = f"ok (<= {target_s:.0f} s)"
+    elif "@" in r.case and miss is None:
+        verdict = "peer: ok" + (f" ({'<=' if r.wall_s <= target_s else '>'} {target_s:.0f} s)"
+                                if split_case(r.case)[0] == "all" else "")
+    mode = r.runtime + (" --fuse" if r.fuse else "")
+    return [r.case, mode, fmt_num(r.input_rows), wall,
+            "-" if eps is None else ("<" if r.status != "ok" else "") + fmt_num(eps),
+            "-" if xrt is None else ("~" if r.status != "ok" else "") + f"{xrt:.2f}",
+            "-" if r.game_done is None else fmt_num(r.game_done),
+            "-" if r.est_total_s is None else f"~{r.est_total_s:,.0f}",
+            "-" if r.peak_rss is None else f"{r.peak_rss / 2**30:.1f}",
+            fmt_num(r.rows_out), "-" if r.load is None else f"{r.load:.1f}", r.status, verdict]
+
+
+CASE_COLS = ["case", "runtime", "input rows", "wall s", "events/s", "x real time",
+             "game s done", "est. total s", "peak PSS GiB", "rows out", "load", "status",
+             "target"]
+DELAY_COLS = ["stream", "query", "rows", "p50 ms", "p99 ms", "max ms", "sampled"]
+
+
+def _delay_row(s: dict):
+    return [s["stream"], s["query"], fmt_num(s["rows"]), fmt_num(s["p50_ms"], 1),
+            fmt_num(s["p99_ms"], 1), fmt_num(s["max_ms"], 1),
+            s["sampled"] + (f" ({s['error']})" if s.get("error") else "")]
+
+
+def _floor_row(fl: dict):
+    return ["floor: pyarrow parse", "pyarrow.csv.open_csv", fmt_num(fl["rows"]),
+            f"{fl['wall_s']:,.1f}", fmt_num(fl["rows_per_s"]),
+            "-" if not fl.get("x_real_time") else f"{fl['x_real_time']:.1f}", "-", "-", "-", "-",
+            "-" if fl.get("load") is None else f"{fl['load']:.1f}", "ok", ""]
+
+
+def case_rows(results: dict) -> list[list[str]]:
+    """The rows of the case table (:data:`CASE_COLS`): one per case, then the floor."""
+    rows = [_case_row(CaseResult(**r), results["target_seconds"]) for r in results["cases"]]
+    if results.get("floor"):
+        rows.append(_floor_row(results["floor"]))
+    return rows
+
+
+def print_tables(console, results: dict) -> None:
+    """The case table, the delay tables (:func:`delay_cases`) and notes, on a rich console."""
+    print_table(CASE_COLS, case_rows(results), LEFT, console=console,
+                title=f"DEBS 2013 benchmark: {results['input']} ({results['game_s']} game s)")
+    for dc in delay_cases(results):
+        print_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]], LEFT, console=console,
+                    title=f"Delays per output stream, case {dc['case']} ({dc['status']})")
+    if results.get("not_run"):
+        console.print("not run (budget used up): " + ", ".join(results["not_run"]))
+    for r in results["cases"]:
+        if r.get("top_nodes"):
+            what = ("queries (sum of micro-batch durations with rows)" if r["runtime"] == "deploy"
+                    else "nodes (seconds inside the node)")
+            console.print(f"{r['case']}: busiest {what}: "
+                          + "; ".join(f"{n} {ms / 1000:,.1f} s" for n, ms, _ in r["top_nodes"][:4]))
+        if r.get("progress", {}).get("source_rows") is not None and r["status"] != "ok":
+            console.print(f"{r['case']}: when it stopped the source had read "
+                          f"{r['progress']['source_rows']:,} of {fmt_num(results['input_rows'])} "
+                          "rows")
+
+
+def delay_cases(results: dict) -> list[dict]:
+    """The cases whose delays are shown: the all-queries cases (``all``, ``all@run``) that ran,
+    else the first case run."""
+    cases = [r for r in results["cases"] if r.get("streams")]
+    alls = [r for r in cases if split_case(r["case"])[0] == "all"]
+    return alls or cases[:1]
+
+
+def _throughput_axes(results: dict, ax1, ax2) -> None:
+    cases = [r for r in results["cases"] if r.get("wall_s") is not None]
+    names = [r["case"] for r in cases]
+    walls = [r["wall_s"] for r in cases]
+    eps = [results["input_rows"] / r["wall_s"] if r["wall_s"] else 0 for r in cases]
+    colors = ["tab:blue" if r["status"] == "ok" else "tab:red" for r in cases]
+    fl = results.get("floor")
+    if fl:
+        names.append("pyarrow\nparse")
+        walls.append(fl["wall_s"])
+        eps.append(fl["rows_per_s"])
+        colors.append("tab:gray")
+    ax1.bar(names, [w / 60 for w in walls], color=colors)
+    ax1.axhline(results["target_seconds"] / 60, color="k", ls="--", lw=1,
+                label=f"target for all: {results['target_seconds'] / 60:.0f} min")
+    est_label = "linear estimate of a killed run's total"
+    for i, r in enumerate(cases):
+        if r["status"] != "ok":
+            est = CaseResult(**r).est_total_s
+            top = r["wall_s"]
+            if est is not None and est > r["wall_s"]:
+                ax1.bar([i], [est / 60], fill=False, edgecolor="tab:red", ls="--",
+                        label=est_label)
+                est_label = None
+                top = est
+            ax1.text(i, top / 60, r["status"].split(" ")[0].rstrip(":"), ha="center",
+                     va="bottom", fontsize=8, color="tab:red")
+    label = (f"{results['input']}: {results['input_rows']:,} rows, {results['game_s']} game s, "
+             f"{results['runtime_label']}, {results['date']}")
+    ax1.set_ylabel("wall time, min")
+    ax1.set_title(f"wall time (red: killed / failed)\n{label}", fontsize=9)
+    ax1.legend(fontsize=8)
+    ax2.bar(names, eps, color=colors)
+    ax2.axhline(REAL_TIME_RATE, color="k", ls="--", lw=1, label="real time: 15 K events/s")
+    ax2.set_yscale("log")
+    ax2.set_ylim(bottom=1000)
+    ax2.set_ylabel("input events / s (log)")
+    ax2.set_title(f"throughput (cf. EPIC paper fig. 5)\n{label}", fontsize=9)
+    ax2.legend(fontsize=8)
+
+
+def plot(results: dict, img_dir: Path, extras: list[dict] = ()) -> list[Path]:
+    """``debs_throughput.png`` (one row per results set: the main run, then ``extras``) and
+    ``debs_delays.png`` (the first set with delay rows)."""
+    plt = plots.pyplot()
+    paths = []
+    sets = [results, *extras]
+    fig, axes = plt.subplots(len(sets), 2, figsize=(12, 4.4 * len(sets)), squeeze=False)
+    for res, (ax1, ax2) in zip(sets, axes):
+        _throughput_axes(res, ax1, ax2)
+    paths.append(plots.save(fig, img_dir / "debs_throughput.png"))
+
+    dsets = [(res, dc) for res in sets for dc in delay_cases(res)
+             if any(s.get("p50_ms") is not None for s in dc["streams"])]
+    if dsets:
+        fig, axs = plt.subplots(len(dsets), 1, figsize=(12, 4.6 * len(dsets)), squeeze=False)
+        for (res, dc), (ax,) in zip(dsets, axs):
+            ss = [s for s in dc["streams"] if s.get("p50_ms") is not None]
+            x = np.arange(len(ss))
+            ax.bar(x - 0.2, [s["p50_ms"] / 1000 for s in ss], 0.4, label="p50")
+            ax.bar(x + 0.2, [s["p99_ms"] / 1000 for s in ss], 0.4, label="p99")
+            ax.set_xticks(x, [s["stream"].removesuffix(".csv") for s in ss], rotation=45,
+                          ha="right", fontsize=8)
+            lo = min(s["p50_ms"] for s in ss)
+            hi = max(s["p99_ms"] for s in ss)
+            if lo > 0 and hi / lo > 30:
+                ax.set_yscale("log")
+            else:
+                ax.set_ylim(bottom=0)
+            ax.set_ylabel("delay (write - entry), s")
+            ax.set_title(f"delay per output stream (cf. EPIC paper fig. 6): {res['input']}, case "
+                         f"{dc['case']} ({dc['status']}), "
+                         f"{dc['runtime'] + (' --fuse' if dc.get('fuse') else '')}, {res['date']}",
+                         fontsize=9)
+            ax.legend()
+        paths.append(plots.save(fig, img_dir / "debs_delays.png"))
+    return paths
+
+
+def extra_section(results: dict) -> list[str]:
+    """A shorter block for another run (``--also-json``): command, load, case and delay tables."""
+    rows = case_rows(results)
+    lines = [f"### Also measured: `{results['input']}` ({fmt_num(results['input_rows'])} rows, "
+             f"{results['game_s']} game seconds), {results['date']}", "",
+             "```", results["argv"], "```", "",
+             f"Load average at the start `{results['load_start']}`, at the end "
+             f"`{results['load_end']}`.", "", md_table(CASE_COLS, rows, LEFT), ""]
+    for r in results["cases"]:
+        if r.get("top_nodes"):
+            lines.append(f"- `{r['case']}` busiest queries: " + "; ".join(
+                f"`{n}` {ms / 1000:,.1f} s" for n, ms, _ in r["top_nodes"][:4]) + ".")
+    lines.append("")
+    for dc in delay_cases(results):
+        lines += [f"Delays, case `{dc['case']}` ({dc['status']}):", "",
+                  md_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]], LEFT), ""]
+    return lines
+
+
+def docs_section(results: dict, notes: str, extras: list[dict] = ()) -> str:
+    target = results["target_seconds"]
+    rows = case_rows(results)
+    lines = [DOC_BEGIN, "## DEBS 2013 benchmark (scripts/bench_debs.py)", "",
+             "Generated by `scripts/bench_docs.py` from the benchmark's results.json (tables and"
+             " plots; `scripts/bench_debs.py --write-docs` runs the same step); edit"
+             " `scripts/benchkit/debs_report.py` or the `--notes` file, not this section.", "",
+             "```", results["argv"], "```", "",
+             f"Run {results['date']} on {results['machine']}; load average (uptime) at the start "
+             f"`{results['load_start']}`, at the end `{results['load_end']}` (the machine was "
+             "shared with other engineers' CPU-heavy jobs, so wall times are upper bounds for a "
+             "quiet machine).", "",
+             f"Input `{results['input']}`: {fmt_num(results['input_rows'])} rows, "
+             f"{results['input_bytes'] / 1e9:.2f} GB, {results['game_s']} game seconds (seconds "
+             "of the two halves with data). Each case runs the DEBS topology as a subprocess with "
+             "`--delays`; wall s is the whole command (Spark/JVM start included); events/s = input "
+             "rows / wall s (the real-time rate is 15,000/s); x real time = game s / wall s; "
+             "load = mean 1-min load average during the run (2 cores); peak PSS = sum of the "
+             "proportional set size over the `epic` process and all its descendants (JVM, "
+             f"Python workers), sampled every {results.get('mem_every', 5):g} s. A killed run's "
+             "wall s and events/s are bounds (`>`, "
+             "`<`), its rows out are what it wrote before the kill, `game s done` is the game "
+             "seconds behind its slowest sink's input watermark at the kill, its x real time "
+             "(`~`) is game s done / wall s and `est. total s` extrapolates that rate linearly "
+             "to the whole game (optimistic where a window's cost grows with time, e.g. the "
+             "landmark heat map).", "",
+             md_table(CASE_COLS, rows, LEFT), ""]
+    verdicts = []
+    for r in results["cases"]:
+        miss = case_missed(CaseResult(**r), target)
+        if r["case"] == "all":
+            verdicts.append("**All four queries: " + (
+                f"target met** ({r['wall_s']:.0f} s <= {target:.0f} s)." if miss is None
+                else f"target ({target:.0f} s) MISSED**: {miss}."))
+        elif miss is not None:
+            verdicts.append(f"{r['case']}: {miss}.")
+    if not any(r["case"] == "all" for r in results["cases"]):
+        verdicts.append("**The all-queries case was not run.**")
+    not_run = [c for c in CASES if c not in [r["case"] for r in results["cases"]]]
+    if results.get("not_run"):
+        verdicts.append("Not run for lack of time (`--budget`): " + ", ".join(results["not_run"])
+                        + ".")
+        not_run = [c for c in not_run if c not in results["not_run"]]
+    if not_run:
+        verdicts.append("Not run: " + ", ".join(not_run) + ".")
+    lines += [" ".join(verdicts), ""]
+    for r in results["cases"]:
+        prog = r.get("progress") or {}
+        if r["status"] != "ok" and prog.get("source_rows") is not None:
+            when = "at the kill" if r["status"].startswith(("timeout", "killed")) else \
+                "when it failed"
+            lines.append(f"- `{r['case']}` {when}: the source had read "
+                         f"{prog['source_rows']:,} of {fmt_num(results['input_rows'])} input rows"
+                         + (f"; slowest sink's watermark at game time "
+                            f"{game_clock(int(prog['min_sink_watermark']))}"
+                            if prog.get("min_sink_watermark") else "") + ".")
+        if r.get("top_nodes"):
+            lines.append(f"- `{r['case']}` busiest "
+                         + ("queries (sum of micro-batch durations with rows): "
+                            if r["runtime"] == "deploy" else "nodes (seconds inside the node): ")
+                         + "; ".join(f"`{n}` {ms / 1000:,.1f} s" for n, ms, _ in
+                                     r["top_nodes"][:4]) + ".")
+    lines.append("")
+    for dc in delay_cases(results):
+        lines += [f"Delay per output stream (`write_time - entry_time`, spec section 9), case "
+                  f"`{dc['case']}` ({dc['status']}); percentiles over all rows, or every k-th "
+                  "row where `sampled` says 1/k:", "",
+                  md_table(DELAY_COLS, [_delay_row(s) for s in dc["streams"]], LEFT), ""]
+    lines += ["![wall time and events/s per case](img/debs_throughput.png)", "",
+              "![p50 / p99 delay per output stream](img/debs_delays.png)", ""]
+    for ex in extras:
+        lines += extra_section(ex)
+    if notes:
+        lines += [notes.rstrip(), ""]
+    lines.append(DOC_END)
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(results: dict, notes: str, doc_path: Path, extras: list[dict] = ()) -> None:
+    """Replace the generated section of ``doc_path`` (or append it); the rest is kept."""
+    docs.write_section(doc_path, docs_section(results, notes, extras), DOC_BEGIN, DOC_END)
+
+
+def render(results: dict, notes: str, doc_path: Path, img_dir: Path,
+           extras: list[dict] = ()) -> list[Path]:
+    """The docs step: the plots into ``img_dir``, then the section of ``doc_path``; returns the
+    files written."""
+    paths = plot(results, img_dir, extras)
+    write_docs(results, notes, doc_path, extras)
+    return [*paths, doc_path]
+
