@@ -130,14 +130,6 @@ class PredicateWindowOperator(Clocked):
         return self._items(self._take_ready(self.clock.watermark, False))
 
     @property
-    def watermark(self) -> int | None:
-        return self.clock.watermark
-
-    @property
-    def late_rows(self) -> int:
-        return self.clock.late_rows
-
-    @property
     def output_watermark(self) -> int | None:
         """Rows still to come are stamped no older than the last item of a key with an open
         window (a ``newstart`` end or the end of the input emits it with that time)."""
