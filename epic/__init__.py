@@ -33,8 +33,9 @@ from .split import (broadcast, combine, hash_partition, pairs_split, round_robin
                     vector_split)
 from .schemas import as_schema
 from .topology import Stream, Topology, TopologyWarning, param
-from .windows import (few_count, few_time, landmark, landmark_count, predicate_window, sliding,
-                      sliding_count, tumbling, tumbling_count)
+from .windows import (count_by_start, few_count, few_time, landmark, landmark_count,
+                      predicate_window, sliding, sliding_count, snapshot_window, tumbling,
+                      tumbling_count)
 
 __version__ = "0.1.0"
 
@@ -46,7 +47,7 @@ __all__ = [
     "csv_sink", "parquet_sink", "topic_sink", "console_sink", "collect_sink",
     # windows
     "few_time", "few_count", "tumbling", "sliding", "landmark", "tumbling_count",
-    "sliding_count", "landmark_count", "predicate_window",
+    "sliding_count", "landmark_count", "predicate_window", "snapshot_window", "count_by_start",
     # aggregates
     "Aggregate", "AggSpec", "agg", "aggregate_function", "count", "sum", "mean", "min", "max",
     "variance", "stddev", "first", "last", "count_distinct", "collect", "histogram",

@@ -106,6 +106,16 @@ class Aggregate:
         """The value to emit for a window with this state. Must not modify ``state``."""
         return state
 
+    #: the columns of :meth:`expire`'s rows (a ``pa.Schema`` or ``{name: type}``), or None
+    expire_schema: Any = None
+
+    def expire(self, state: Any, e: Any) -> Any:  # optional: active expiration
+        """Called when element ``e`` leaves the window being formed (oldest first), right after
+        ``remove(state, e)``; ``state`` is the state without ``e``. Returns rows to emit at that
+        moment (an iterable of dicts over :attr:`expire_schema`'s columns) or None. The rows
+        reach the stream of ``Topology.expired``; they never change the window's own rows."""
+        return None
+
     def needs_rebuild(self, state: Any) -> bool:  # optional
         """True when removals may have left more rounding residue in ``state`` than a few ulps
         of what it now holds: the window engine then rebuilds the state from the window's live
@@ -144,6 +154,11 @@ class Aggregate:
     def has_group(self) -> bool:
         """True when the aggregate defines the group form (:meth:`lift` and :meth:`lower`)."""
         return _overrides(self, "lift") and _overrides(self, "lower")
+
+    @property
+    def has_expire(self) -> bool:
+        """True when the aggregate defines :meth:`expire` (active expiration)."""
+        return _overrides(self, "expire")
 
     @property
     def has_remove(self) -> bool:
@@ -190,17 +205,23 @@ class FunctionAggregate(Aggregate):
                  merge: Callable[[Any, Any], Any] | None = None,
                  result_type: pa.DataType = pa.float64(),
                  lift: Callable[[Any], Any] | None = None,
-                 lower: Callable[[Any, Any], Any] | None = None):
+                 lower: Callable[[Any, Any], Any] | None = None,
+                 expire: Callable[[Any, Any], Any] | None = None, expire_schema: Any = None):
         for role, fn in (("init", init), ("add", add)):
             if not callable(fn):
                 raise SpecError(f"aggregate {name!r}: {role} must be a function, got {fn!r}")
         for role, fn in (("remove", remove), ("result", result), ("merge", merge),
-                         ("lift", lift), ("lower", lower)):
+                         ("lift", lift), ("lower", lower), ("expire", expire)):
             if fn is not None and not callable(fn):
                 raise SpecError(f"aggregate {name!r}: {role} must be a function or None")
         if (lift is None) != (lower is None):
             raise SpecError(f"aggregate {name!r}: the group form needs both lift and lower")
+        if (expire is None) != (expire_schema is None):
+            raise SpecError(f"aggregate {name!r}: expire needs expire_schema (the columns of "
+                            "its rows, e.g. {'sensor_value': 'float64'}) and the other way round")
         self.name = name
+        self._expire_fn = expire
+        self.expire_schema = expire_schema
         self._init_fn = init
         self._add_fn = add
         self._remove_fn = remove
@@ -228,6 +249,9 @@ class FunctionAggregate(Aggregate):
 
     def result(self, state):
         return state if self._result_fn is None else self._result_fn(state)
+
+    def expire(self, state, e):
+        return None if self._expire_fn is None else self._expire_fn(state, e)
 
     def lift(self, values):
         if self._lift_fn is None:
@@ -264,7 +288,9 @@ def aggregate_function(name: str, init: Callable[[], Any], add: Callable[[Any, A
                        merge: Callable[[Any, Any], Any] | None = None,
                        result_type: pa.DataType = pa.float64(), replace: bool = False,
                        lift: Callable[[Any], Any] | None = None,
-                       lower: Callable[[Any, Any], Any] | None = None) -> FunctionAggregate:
+                       lower: Callable[[Any, Any], Any] | None = None,
+                       expire: Callable[[Any, Any], Any] | None = None,
+                       expire_schema: Any = None) -> FunctionAggregate:
     """Register an aggregate made of plain functions under ``name`` and return it.
 
     Once registered it is usable by name on every window kind: ``agg("mysum", "x")``.
@@ -281,12 +307,16 @@ def aggregate_function(name: str, init: Callable[[], Any], add: Callable[[Any, A
         replace: allow re-registering an existing name.
         lift, lower: the optional group form (both or neither; see :class:`Aggregate`): time
             windows then run on prefix sums.
+        expire, expire_schema: active expiration (both or neither): ``expire(state, e)`` is
+            called when ``e`` leaves the window, right after ``remove``, and returns rows (dicts
+            over ``expire_schema``'s columns) for ``Topology.expired`` (docs/windows.md).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise SpecError(f"aggregate name must be an identifier, got {name!r}")
     if name in _REGISTRY and not replace:
         raise SpecError(f"aggregate {name!r} is already registered; pass replace=True to replace it")
-    fa = FunctionAggregate(name, init, add, remove, result, merge, result_type, lift, lower)
+    fa = FunctionAggregate(name, init, add, remove, result, merge, result_type, lift, lower,
+                           expire, expire_schema)
     _REGISTRY[name] = fa
     return fa
 

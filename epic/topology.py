@@ -38,7 +38,8 @@ from .operator import ENTRY_COLUMN
 from .schemas import as_schema, empty_batch as _empty, fn_name as _fn_name
 from .schemas import with_entry as _with_entry
 from .timeunits import UNITS
-from .windows.spec import PredicateWindow, WindowSpec, check_window, window_output_schema
+from .windows.spec import (CountByStartWindow, PredicateWindow, SnapshotWindow, WindowSpec,
+                           check_window, expire_output_schema, window_output_schema)
 
 __all__ = [
     "Topology",
@@ -49,6 +50,7 @@ __all__ = [
     "FilterNode",
     "FlatMapNode",
     "WindowNode",
+    "ExpireNode",
     "ProcessNode",
     "SplitNode",
     "MergeNode",
@@ -402,11 +404,51 @@ class WindowNode(Node):
         sp = self.spec
         if isinstance(sp, PredicateWindow):
             w = f"predicate {sp.kind}"
+        elif isinstance(sp, SnapshotWindow):
+            w = f"snapshot({sp.valid_from or self.input.time}, {sp.valid_to})"
+        elif isinstance(sp, CountByStartWindow):
+            w = f"count_by_start({sp.n})"
         else:
             kind = "count" if sp.time_column == "ts" else "time"
             w = f"few_{kind}({sp.length}, {sp.stride}, {sp.ef})"
         by = f" by {','.join(self.key)}" if self.key else ""
         return f"window {w}{by}: {', '.join(a.name for a in self.aggregates)}"
+
+
+@dataclass(frozen=True)
+class ExpireNode(WindowNode):
+    """The active-expiration stream of a window node (``Topology.expired``): the same window
+    over the same input, emitting the rows of aggregate ``aggregate``'s ``expire`` hook instead
+    of window rows. A window node of its own (its state, partitions and clock are a window's);
+    its late rows are the window's, so they are only counted here (``late="drop"``)."""
+
+    window: str = ""
+    aggregate: str = ""
+    kind: ClassVar[str] = "expire"
+
+    @property
+    def expire_index(self) -> int:
+        return [a.name for a in self.aggregates].index(self.aggregate)
+
+    def _outputs(self):
+        super()._outputs()
+        s = self.input
+        names = [a.name for a in self.aggregates]
+        if self.aggregate not in names:
+            raise _err(self.name, "aggregate", f"window {self.window!r} has no aggregate "
+                       f"{self.aggregate!r}", f"use one of {', '.join(names)}")
+        if isinstance(self.spec, PredicateWindow):
+            raise _err(self.name, "window", "predicate windows have no active expiration",
+                       "use a time, count, snapshot or count_by_start window")
+        try:
+            schema = expire_output_schema(self.aggregates[self.expire_index], s.schema,
+                                          self.key or None)
+        except SpecError as exc:
+            raise _err(self.name, "aggregate", str(exc), "see the message") from exc
+        return [self._stream(schema, "expire_time", s.unit)]
+
+    def describe(self):
+        return f"expired rows of {self.window}.{self.aggregate}"
 
 
 @dataclass(frozen=True)
@@ -956,6 +998,44 @@ class Topology:
         spec = node.spec
         lateness = spec.lateness_ticks(node.input.unit)
         return self._new(LateNode, name, [node.input], window=wname, lateness=lateness).output
+
+    def expired(self, name: str, window: str | Stream, aggregate: str | None = None) -> Stream:
+        """The active-expiration stream of window node ``window``: the rows its aggregate's
+        ``expire(state, e)`` returns when an element leaves the window (docs/windows.md,
+        "Active expiration"). Columns: the key column(s), ``expire_time`` (the instant the
+        element left; the event-time column) and the aggregate's ``expire_schema``.
+
+        ``aggregate``: the output name of the aggregate (default: the window's only aggregate
+        that defines ``expire``).
+
+        Example:
+            >>> import epic
+            >>> t = epic.Topology("doc")
+            >>> s = t.source("s", epic.iterator_source([], schema={"k": "int64", "ts": "int64",
+            ...              "v": "float64"}, time="ts", unit="s"))
+            >>> gone = epic.aggregate_function("gone", init=lambda: 0, add=lambda s, e: s + 1,
+            ...     remove=lambda s, e: s - 1, replace=True, expire_schema={"v": "float64"},
+            ...     expire=lambda s, e: [{"v": e}] if s == 0 else None)
+            >>> w = t.window("w", s, epic.sliding(600, 60), key="k",
+            ...              aggregates=[epic.agg("gone", "v")])
+            >>> t.expired("w_gone", w).schema.names
+            ['k', 'expire_time', 'v']
+        """
+        wname = window.node if isinstance(window, Stream) else window
+        node = self._nodes.get(wname)
+        if not isinstance(node, WindowNode) or isinstance(node, ExpireNode):
+            raise _err(name, "window", f"{wname!r} is not a window node",
+                       "pass the name (or the output stream) of a t.window(...) node")
+        if aggregate is None:
+            having = [a.name for a in node.aggregates if a.aggregate.has_expire]
+            if len(having) != 1:
+                raise _err(name, "aggregate", f"window {wname!r} has {len(having)} aggregates "
+                           "with an expire hook", "name one: t.expired(name, window, "
+                           "aggregate='...')")
+            aggregate = having[0]
+        return self._new(ExpireNode, name, [node.input], spec=node.spec,
+                         aggregates=node.aggregates, key=node.key, late="drop", window=wname,
+                         aggregate=aggregate).output
 
     def process(self, name: str, stream: Stream, processor, *, schema=None, key=None,
                 time: str | None = None) -> Stream:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import TopologyError
 from ..timeunits import to_ticks
-from ..topology import (CombineNode, FilterNode, FlatMapNode, LateNode, MapNode, MergeNode, Node,
+from ..topology import (CombineNode, ExpireNode, FilterNode, FlatMapNode, LateNode, MapNode, MergeNode, Node,
                         ProcessNode, SinkNode, SplitNode, WindowNode)
 from ..windows import build_window_operator
 from .late import LateOperator
@@ -74,6 +74,13 @@ def _window(node, **_):
     s = node.input
     return build_window_operator(node.spec, node.aggregates, s.schema, s.time, s.unit,
                                  list(node.key) or None)
+
+
+@register(ExpireNode)
+def _expire(node, **_):
+    s = node.input
+    return build_window_operator(node.spec, node.aggregates, s.schema, s.time, s.unit,
+                                 list(node.key) or None, expire=node.expire_index)
 
 
 @register(LateNode)

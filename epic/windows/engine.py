@@ -33,7 +33,7 @@ from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
 from .spec import (FewCountWindow, PredicateWindow, WindowSpec, check_columns,
-                   choose_mode, key_tuple, window_output_schema)
+                   choose_mode, expire_output_schema, key_tuple, window_output_schema)
 
 __all__ = ["WindowOperator", "Clocked", "NOT_STARTED", "MAX_BATCH_ROWS", "MAX_BATCH_ELEMENTS",
            "int_column", "value_column", "agg_values", "group_rows", "to_arrow", "table_bytes",
@@ -348,7 +348,8 @@ class WindowOperator(Clocked):
     """
 
     def __init__(self, spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Schema,
-                 time: str, unit: str = "s", key: str | Sequence[str] | None = None):
+                 time: str, unit: str = "s", key: str | Sequence[str] | None = None,
+                 expire: int | None = None):
         if isinstance(spec, PredicateWindow):
             raise SpecError("predicate windows run in PredicateWindowOperator")
         self.spec = spec
@@ -376,9 +377,19 @@ class WindowOperator(Clocked):
         self._col_index = {c: i for i, c in enumerate(self.stored)}
         self._agg_cols = [[self._col_index[c] for c in a.columns] for a in self.aggs]
         self.modes = [choose_mode(a, spec, self.grid) for a in self.aggs]
+        #: expiry mode (``Topology.expired``): the aggregate whose ``expire`` rows are emitted
+        #: instead of window rows; its elements leave one by one, so it runs in ``remove`` mode
+        self.expire = expire
+        self._expired_rows: list = []
+        if expire is not None and self.grid.L is not None:
+            if not self.aggs[expire].aggregate.has_remove:
+                raise SpecError(f"aggregate {self.aggs[expire].name!r}: active expiration needs "
+                                "remove(state, e) (elements leave one by one)")
+            self.modes[expire] = "remove"
         self.any_remove = "remove" in self.modes
         self.any_reset = "reset" in self.modes
-        self.output_schema = window_output_schema(spec, self.aggs, schema, key)
+        self.output_schema = (window_output_schema(spec, self.aggs, schema, key) if expire is None
+                              else expire_output_schema(self.aggs[expire], schema, key))
         self._key_state: dict[Any, _Key] = {}
         #: the node's time: high-water mark, pushed watermarks, late-row decisions and counts
         self.clock = EventClock(self.lateness)
@@ -523,8 +534,10 @@ class WindowOperator(Clocked):
                 continue  # a window start that is no emission instant
             s = grid.window_start(o, b, lo)
             is_final = grid.L is not None and b == s + grid.L
-            self._evict(ks, s)
-            if ks.in_window > 0:
+            self._evict(ks, s, key_value, ks.last_time if self.count_mode else b)
+            if self.expire is not None:
+                yield from self._take_expired()
+            elif ks.in_window > 0:
                 yield self._result_row(key_value, ks, s, b, is_final)
             if self.any_reset and is_final:
                 for i, m in enumerate(self.modes):
@@ -536,8 +549,10 @@ class WindowOperator(Clocked):
             # not final (it is incomplete: a complete one ends at an instant, emitted above)
             self._add_segment(ks, ks.hi, n)
             s = grid.window_start(o, n, lo)
-            self._evict(ks, s)
-            if ks.in_window > 0:
+            self._evict(ks, s, key_value, max(ks.last_time, self.clock.high))
+            if self.expire is not None:
+                yield from self._take_expired()
+            elif ks.in_window > 0:
                 # closed by the end of the input: stamped with the stream's last event time, so
                 # rows stay in event-time order and are never behind a downstream watermark
                 row = self._result_row(key_value, ks, s, n, False)
@@ -568,8 +583,13 @@ class WindowOperator(Clocked):
             ks.entry = max(ks.entry, int(cols[self._col_index["__entry"]].max()))
         ks.hi = b
 
-    def _evict(self, ks: _Key, s: int):
-        """Drop everything before window start ``s``."""
+    def _take_expired(self):
+        rows, self._expired_rows = self._expired_rows, []
+        return rows
+
+    def _evict(self, ks: _Key, s: int, key_value=None, at: int = 0):
+        """Drop everything before window start ``s`` (expiry mode: the rows of ``expire`` for
+        each element leaving, stamped ``at``)."""
         if self.grid.L is None:
             return
         starts, counts = ks.seg_starts, ks.seg_counts
@@ -590,7 +610,11 @@ class WindowOperator(Clocked):
                 for i, (spec, mode) in enumerate(zip(self.aggs, self.modes)):
                     if mode == "remove":
                         a = spec.aggregate
-                        st = a.remove_batch(ks.states[i], agg_values(cols, self._agg_cols[i], t))
+                        vals = agg_values(cols, self._agg_cols[i], t)
+                        if i == self.expire:
+                            st = self._expire_each(a, ks, vals, key_value, at)
+                        else:
+                            st = a.remove_batch(ks.states[i], vals)
                         if a.needs_rebuild(st):
                             # large values left: recompute from the live elements, so the
                             # residue of their removal cannot exceed the window's own magnitude
@@ -600,6 +624,19 @@ class WindowOperator(Clocked):
                             st = a.add_batch(a.init(), agg_values(live, self._agg_cols[i], lt))
                         ks.states[i] = st
                 ks.lo = lo_new
+
+    def _expire_each(self, a: Aggregate, ks: _Key, vals, key_value, at: int):
+        """Remove elements one by one (oldest first), calling ``expire`` after each."""
+        st = ks.states[self.expire]
+        elems = (list(zip(*(v.tolist() for v in vals))) if isinstance(vals, tuple)
+                 else vals.tolist())
+        for e in elems:
+            st = a.remove(st, e)
+            for r in a.expire(st, e) or ():
+                # shaped like a result row for _emit_all's order: (order, key, at, ..., time)
+                self._expired_rows.append((ks.key_order, key_value, at, None, None, r, at,
+                                           ks.entry))
+        return st
 
     def _result_row(self, key_value, ks: _Key, s: int, t: int, is_final: bool) -> tuple:
         results = []
@@ -621,6 +658,15 @@ class WindowOperator(Clocked):
         elif nkeys > 1:
             for j in range(nkeys):
                 arrays.append(pa.array([r[1][j] for r in rows], type=schema.field(j).type))
+        if self.expire is not None:
+            arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
+            extra = schema.names[nkeys + 1: len(schema) - (1 if self.has_entry else 0)]
+            for j, name in enumerate(extra):
+                arrays.append(to_arrow([r[5].get(name) for r in rows],
+                                       schema.field(nkeys + 1 + j).type, name))
+            if self.has_entry:
+                arrays.append(pa.array([r[7] for r in rows], type=pa.int64()))
+            return pa.RecordBatch.from_arrays(arrays, schema=schema)
         arrays.append(pa.array([r[3] for r in rows], type=pa.int64()))
         arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
         arrays.append(pa.array([r[4] for r in rows], type=pa.bool_()))

@@ -23,10 +23,12 @@ from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timeunits import check_unit, to_ticks
 
-__all__ = ["WindowSpec", "FewTimeWindow", "FewCountWindow", "PredicateWindow", "few_time",
+__all__ = ["WindowSpec", "FewTimeWindow", "FewCountWindow", "PredicateWindow", "SnapshotWindow",
+           "CountByStartWindow", "snapshot_window", "count_by_start", "few_time",
            "few_count", "tumbling", "sliding", "landmark", "tumbling_count", "sliding_count",
            "landmark_count", "predicate_window", "Grid", "ceil_div", "choose_mode", "key_tuple",
-           "check_columns", "check_window", "window_output_schema", "Duration", "INT64_MAX"]
+           "check_columns", "check_window", "window_output_schema", "check_lifetime",
+           "expire_output_schema", "Duration", "INT64_MAX"]
 
 Duration = int | float | Fraction | Decimal | timedelta
 
@@ -151,6 +153,46 @@ class PredicateWindow(WindowSpec):
                             "end='newstart' to end each window where the next one starts")
 
 
+@dataclass(frozen=True)
+class SnapshotWindow(WindowSpec):
+    """StreamInsight's snapshot window over events with a lifetime; see :func:`snapshot_window`."""
+
+    valid_from: str | None = None
+    valid_to: str = "valid_to"
+    lateness: Duration = 0
+
+    def __post_init__(self):
+        if self.valid_from is not None and not isinstance(self.valid_from, str):
+            raise SpecError(f"snapshot_window: valid_from must be a column name, "
+                            f"got {self.valid_from!r}")
+        if not isinstance(self.valid_to, str):
+            raise SpecError(f"snapshot_window: valid_to must be a column name, got "
+                            f"{self.valid_to!r}")
+        if _seconds(self.lateness) < 0:
+            raise SpecError("snapshot_window: lateness must be >= 0")
+
+    def lateness_ticks(self, unit: str) -> int:
+        return to_ticks(self.lateness, unit, what="lateness")
+
+
+@dataclass(frozen=True)
+class CountByStartWindow(WindowSpec):
+    """StreamInsight's count-by-start-time window; see :func:`count_by_start`."""
+
+    n: int
+    lateness: Duration = 0
+
+    def __post_init__(self):
+        if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or self.n <= 0:
+            raise SpecError(f"count_by_start: n must be a positive whole number of start times, "
+                            f"got {self.n!r}")
+        if _seconds(self.lateness) < 0:
+            raise SpecError("count_by_start: lateness must be >= 0")
+
+    def lateness_ticks(self, unit: str) -> int:
+        return to_ticks(self.lateness, unit, what="lateness")
+
+
 def _check_few(kind: str, spec, check_value: Callable, size: Callable) -> None:
     """The parameter rules shared by FEW time and count windows (``size`` makes them comparable)."""
     for what in ("length", "stride", "ef"):
@@ -272,6 +314,43 @@ def predicate_window(start: Callable[..., bool], end: Callable[..., bool] | str 
     by default it is emitted, not final.
     """
     return PredicateWindow(start, end, kind, force, lateness)
+
+
+def snapshot_window(valid_from: str | None = None, valid_to: str = "valid_to", *,
+                    lateness: Duration = 0) -> SnapshotWindow:
+    """StreamInsight's snapshot window over events with a lifetime ``[valid_from, valid_to)``.
+
+    Every instant where an event of the key starts or ends is a window boundary; between two
+    consecutive boundaries the window holds the events alive there, and the aggregates are over
+    them. A window is emitted once the watermark reaches its end; windows where no event is alive
+    are not emitted. Aggregates need ``remove`` (events leave in any order).
+
+    Args:
+        valid_from: the start column; it must be the stream's event-time column (rows are
+            admitted, and are late, by their start). ``None``: the stream's event-time column.
+        valid_to: the end column (exclusive, same unit); an end at or before the start makes a
+            point event ``[valid_from, valid_from + 1)``.
+        lateness: how far out of order (seconds) rows may arrive and still be counted.
+
+    >>> snapshot_window("start", "stop")
+    SnapshotWindow(valid_from='start', valid_to='stop', lateness=0)
+    """
+    return SnapshotWindow(valid_from, valid_to, lateness)
+
+
+def count_by_start(n: int, *, lateness: Duration = 0) -> CountByStartWindow:
+    """StreamInsight's count-by-start-time window: the events whose start times are ``n``
+    consecutive distinct start times of the key, sliding by one start time.
+
+    Window ``i`` of a key holds the events starting at its distinct start times ``d_i`` ..
+    ``d_{i+n-1}``; it covers ``[d_i, d_{i+n-1} + 1)`` and is emitted once the watermark reaches
+    that end. A key with fewer than ``n`` start times emits its one incomplete window, not final,
+    at the end of the input.
+
+    >>> count_by_start(3)
+    CountByStartWindow(n=3, lateness=0)
+    """
+    return CountByStartWindow(n, lateness)
 
 
 @dataclass(frozen=True)
@@ -438,7 +517,62 @@ def check_window(spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Sch
     if isinstance(spec, PredicateWindow):
         spec.lateness_ticks(unit)
         return
+    if isinstance(spec, (SnapshotWindow, CountByStartWindow)):
+        spec.lateness_ticks(unit)
+        check_lifetime(spec, aggregates, schema, time)
+        return
     grid = spec.resolve(unit)
     spec.lateness_ticks(unit)
     for a in aggregates:
         choose_mode(a, spec, grid)
+
+
+def check_lifetime(spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Schema,
+                   time: str) -> None:
+    """The checks of snapshot and count-by-start windows: columns, and how aggregates can run."""
+    if isinstance(spec, SnapshotWindow):
+        if spec.valid_from is not None and spec.valid_from != time:
+            raise SpecError(f"snapshot_window: valid_from {spec.valid_from!r} must be the "
+                            f"stream's event-time column {time!r} (rows are admitted by their "
+                            f"start); declare the stream with time={spec.valid_from!r}")
+        if spec.valid_to not in schema.names:
+            raise SpecError(f"snapshot_window: valid_to column {spec.valid_to!r} is not in the "
+                            f"input (columns: {', '.join(schema.names)})")
+        t = schema.field(spec.valid_to).type
+        if not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
+            raise SpecError(f"snapshot_window: valid_to column {spec.valid_to!r} must be an "
+                            f"integer column in the stream's unit, not {t}")
+        for a in aggregates:
+            if not a.aggregate.has_remove:
+                raise SpecError(f"aggregate {a.name!r} has no remove hook; snapshot windows "
+                                f"remove events in end order, so every aggregate needs "
+                                f"remove(state, e)")
+        return
+    for a in aggregates:
+        if not (a.aggregate.has_remove or a.aggregate.has_merge):
+            raise SpecError(f"aggregate {a.name!r} has neither remove nor merge, so it cannot "
+                            f"run on a count_by_start window (it slides): define remove(state, e)"
+                            f" or merge(older, newer)")
+
+
+def expire_output_schema(aggregate: AggSpec, schema: pa.Schema, key=None) -> pa.Schema:
+    """Rows of an expiry stream: the key column(s), ``expire_time`` (the instant the element
+    left), the aggregate's ``expire_schema`` columns, and ``_entry`` when the input has it."""
+    a = aggregate.aggregate
+    extra = getattr(a, "expire_schema", None)
+    if not a.has_expire or extra is None:
+        raise SpecError(f"aggregate {aggregate.name!r} defines no expire hook and expire_schema; "
+                        "define expire(state, e) and expire_schema (the columns of its rows)")
+    extra = extra if isinstance(extra, pa.Schema) else pa.schema(
+        [(n, t if isinstance(t, pa.DataType) else pa.type_for_alias(t)) for n, t in
+         dict(extra).items()])
+    fields = [schema.field(k) for k in key_tuple(key)] + [pa.field("expire_time", pa.int64())]
+    names = {f.name for f in fields}
+    for f in extra:
+        if f.name in names or f.name == ENTRY_COLUMN:
+            raise SpecError(f"aggregate {aggregate.name!r}: expire_schema column {f.name!r} "
+                            "clashes with a key column or expire_time; rename it")
+        fields.append(f)
+    if ENTRY_COLUMN in schema.names:
+        fields.append(pa.field(ENTRY_COLUMN, pa.int64()))
+    return pa.schema(fields)
