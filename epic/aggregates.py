@@ -454,7 +454,7 @@ class Count(Aggregate):
 #: holds (the sum of |x|) has fallen this many times below its peak since the last rebuild:
 #: removals of large values leave a rounding residue of about eps * peak, which would then
 #: exceed a few ulps of the window's own magnitude
-REBUILD_RATIO = 1024.0
+REBUILD_RATIO = 8.0
 
 
 def _mag_peak(mag: float, peak: float, add: float) -> tuple[float, float]:
