@@ -105,6 +105,9 @@ GAME_BALL = {1: 4, 2: 12}
 SPARE_BALLS = {1: (8, 10), 2: (4, 8, 10)}
 # Where spare balls lie (m), all outside the FAQ field rectangle.
 SPARE_REST = {4: (-2.6, -14.0), 8: (-3.1, 9.5), 10: (55.2, -3.0), 12: (54.9, 17.0)}
+# Where ball boys keep spare balls when spares move (GeneratorConfig.spare_balls): the four spots
+# above by the touch lines and two behind each goal line.
+SPARE_SPOTS = tuple(SPARE_REST.values()) + ((13.0, -37.0), (39.0, -37.0), (13.0, 37.0), (39.0, 37.0))
 
 G = 9.81
 BALL_R = 0.11  # ball centre height when on the ground (m)
@@ -1382,7 +1385,7 @@ class _SpareBalls:
         t_first = pl.t_lo - 10.0
         self.ops: dict[int, list] = {sid: [] for sid in balls}
         home = {sid: np.array([*SPARE_REST[sid], BALL_R]) for sid in balls}
-        self.home = home
+        self.home = home  # where each ball lies while a spare (it changes: nearest free spot)
         idle = {sid: t_first for sid in SPARE_BALLS[h.half]}  # free at home from then on
         gaps: dict[int, list] = {sid: [] for sid in balls}  # (from, to) at home, free
         cur, own_from, entry_from, cur_kind = GAME_BALL[h.half], t_first, t_first, None
@@ -1391,6 +1394,8 @@ class _SpareBalls:
         self.max_carry_speed = 0.0
         touches = sorted(tc.t for tc in pl.touches)
         for c in h.carries:
+            if c["t_start"] >= pl.t_hi:
+                break  # after the end of the data (a short game)
             plan = self._plan_entry(c, idle, touches)
             if plan is None:
                 self.swaps.append(dict(t=c["t_start"], out_sid=cur, in_sid=None, kind=c["kind"],
@@ -1404,11 +1409,16 @@ class _SpareBalls:
             a3 = np.array([*c["a"][:2], BALL_R])
             self.ops[cur].append((c["t_start"], "rest", (c["t_start"], a3)))
             t_pick = c["t_start"] + float(rng.uniform(2.0, 8.0))
-            back = _ring_route(c["a"], home[cur][:2])
+            # the new ball: from its spot (free since idle[new]) to the entry spot, then in
+            gaps[new].append((idle[new], t_dep - _LIFT_S))
+            # the ball that went out is carried to the nearest free spot
+            taken = [tuple(np.round(home[b][:2], 3)) for b in balls if b not in (cur, new)]
+            spots = [np.array(q) for q in SPARE_SPOTS if tuple(np.round(q, 3)) not in taken]
+            routes = [_ring_route(c["a"], q) for q in spots]
+            back = min(routes, key=_route_len)
+            home[cur] = np.array([*back[-1], BALL_R])
             t_home = self._carry(cur, t_pick, back, a3, home[cur], self.walk)
             idle[cur] = t_home
-            # the new ball: from home (free since idle[new]) to the entry spot, then in
-            gaps[new].append((idle[new], t_dep - _LIFT_S))
             self.max_carry_speed = max(self.max_carry_speed, v)
             w3 = np.array([*w, _CARRY_Z])
             self._carry(new, t_dep - _LIFT_S, route, home[new], w3, v, put_down=False)
@@ -1506,9 +1516,12 @@ class _SpareBalls:
             t += float(rng.exponential(1.0 / rate))
             throw = rng.random() < cfg.spare_throw_per_min / 60.0 / rate
             d = float(rng.uniform(6.0, 15.0) if throw else rng.uniform(3.0, 12.0))
-            sign = -1.0 if p[1] > 0 else 1.0  # along the touch line, towards the half line
+            along = 0 if _outside_side(p) in (0, 2) else 1  # parallel to the nearest line
+            mid = CENTRE[along]
+            sign = -1.0 if p[along] > mid else 1.0  # mostly towards the middle of that line
             sign = sign if rng.random() < 0.8 else -sign
-            q = np.array([p[0], p[1] + sign * d, BALL_R])  # same side: stays outside
+            q = p.copy()
+            q[along] += sign * d  # beyond the same line: stays outside
             pause = float(rng.uniform(3.0, 15.0) if throw else rng.uniform(5.0, 30.0))
             T_walk = 1.5 * d / self.walk
             T_f = float(rng.uniform(0.9, 1.3))
@@ -1660,8 +1673,9 @@ def _in_field_mm(xyz) -> np.ndarray:
 def _balls_in_play(h: _Half, ball_visible_until: int) -> list[dict]:
     """The truth's ``balls_in_play``: per ball that followed the play path, the first written
     sample inside the field (``from_ts``: where the spec's rule, §2, makes it the ball in play)
-    and the first written sample outside after its last planned touch (``to_ts``: it left the
-    field; ``None`` for the last ball of the half, in play until the ball data ends)."""
+    and the written sample after its last one inside (``to_ts``: it has left the field for good;
+    a ball crossing a line can flicker in and out for a few ms with the position noise before;
+    ``None`` when it is still inside where the half's ball data end)."""
     out = []
     touches = sorted(tc.t for tc in h.planner.touches)
     for o in h.spares.owners:
@@ -1671,12 +1685,14 @@ def _balls_in_play(h: _Half, ball_visible_until: int) -> list[dict]:
         ins = np.flatnonzero(_in_field_mm(xyz) & (ts < ball_visible_until))
         if len(ins):
             rec["from_ts"] = int(ts[ins[0]])
-        if o["own_to"] is not None:
-            last = max([t for t in touches if t < o["own_to"]] or [o["own_from"]])
-            ts, xyz = _written(h, o["sid"], last, o["own_to"] + 0.01)
-            outs = np.flatnonzero(~_in_field_mm(xyz) & (ts < ball_visible_until))
-            if len(outs):
-                rec["to_ts"] = int(ts[outs[0]])
+        end = o["own_to"] + 0.01 if o["own_to"] is not None else h.t_hi
+        last = max([t for t in touches if t < end] or [o["own_from"]])
+        ts, xyz = _written(h, o["sid"], last, end)
+        vis = ts < ball_visible_until
+        ts, xyz = ts[vis], xyz[vis]
+        ins = np.flatnonzero(_in_field_mm(xyz))
+        if len(ins) and ins[-1] + 1 < len(ts):
+            rec["to_ts"] = int(ts[ins[-1] + 1])
         out.append(rec)
     return out
 
