@@ -10,9 +10,12 @@ directions as unit vectors scaled to 10,000):
 
 - 16 players with two shoe sensors each, the goalkeepers also with two hand sensors, and the referee
   (105, 106): 38 body sensors at 200 Hz.
-- The ball in play at 2000 Hz (ball 4 in the 1st half, ball 12 in the 2nd, so a reader cannot assume
-  one id) and the spare balls lying outside the field, also at 2000 Hz but with drop-outs, whose duty
-  cycle is calibrated so that a full game has about the real 49,576,080 rows.
+- The ball in play at 2000 Hz (ball 4 at the start of the 1st half, ball 12 of the 2nd, so a reader
+  cannot assume one id) and the spare balls outside the field, also at 2000 Hz but with drop-outs
+  while spare, whose duty cycle is calibrated so that a full game has about the real 49,576,080
+  rows. Spares are carried and thrown by ball boys outside the field, and after every time the
+  ball leaves the field a spare is brought in for the restart and becomes the ball in play
+  (``GeneratorConfig.spare_balls``; the truth's ``balls_in_play`` and ``ball_swaps``).
 - Both halves at the official timestamps. A full game starts at the real first row's timestamp
   (123.95 s before kick-off, sensor 98 first, as in the real file); there is no ball data at all from
   ``BALL_MISSING_FROM`` to the end of the 1st half.
@@ -44,10 +47,10 @@ Sensor noise (on by default, ``GeneratorConfig.noise``; amplitudes there): posit
 ``|v|`` and ``|a|`` noise, timestamp jitter and drop-outs of body and ball sensors, applied to the
 smoothed samples as written (so ``|v|`` no longer equals the positions' derivative exactly, as in
 a real tracker). Simplified on purpose: shoe offsets are fixed in the world frame (no gait, no heading);
-spare balls lie still (v = a = 0) and never swap with the game ball; every interruption is a ball
-out of play (or a goal) followed by a restart; shots are ground shots (no gravity in the
-projection matters); goalkeepers save with the feet; the ball is moved back into the field along
-a smooth path without a carrier. Measured: the full game (49,579,492 rows, 3.3 GB) in 45 s wall on
+every interruption is a ball out of play (or a goal) followed by a restart with another ball
+(with ``spare_balls=False``: the same ball, moved back into the field along a smooth path
+without a carrier, and still spares); shots are ground shots (no gravity in the projection
+matters); goalkeepers save with the feet; ball boys walk polylines and throws land dead. Measured: the full game (49,579,492 rows, 3.3 GB) in 45 s wall on
 this 2-core machine at ~420 MB peak memory.
 
 Example:

@@ -401,6 +401,8 @@ def test_shots_found_with_shooter(ball_events, short_game):
             used.add(int(c[0]))
         lo, hi = half["data_start_ts"], half["data_end_ts"]
         false = [i for i in reports.index if i not in used and lo <= reports["ts"][i] <= hi]
+        print(f"shots half {half['half']}: planted {len(half['shots'])}, all found, "
+              f"unplanted reports {len(false)}")
         assert len(false) <= 1, reports.loc[false].to_string()
     assert sum(len(h["shots"]) for h in short_game.truth["halves"]) >= 2
 
