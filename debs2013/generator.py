@@ -10,9 +10,12 @@ directions as unit vectors scaled to 10,000):
 
 - 16 players with two shoe sensors each, the goalkeepers also with two hand sensors, and the referee
   (105, 106): 38 body sensors at 200 Hz.
-- The ball in play at 2000 Hz (ball 4 in the 1st half, ball 12 in the 2nd, so a reader cannot assume
-  one id) and the spare balls lying outside the field, also at 2000 Hz but with drop-outs, whose duty
-  cycle is calibrated so that a full game has about the real 49,576,080 rows.
+- The ball in play at 2000 Hz (ball 4 at the start of the 1st half, ball 12 of the 2nd, so a reader
+  cannot assume one id) and the spare balls outside the field, also at 2000 Hz but with drop-outs
+  while spare, whose duty cycle is calibrated so that a full game has about the real 49,576,080
+  rows. Spares are carried and thrown by ball boys outside the field, and after every time the
+  ball leaves the field a spare is brought in for the restart and becomes the ball in play
+  (``GeneratorConfig.spare_balls``; the truth's ``balls_in_play`` and ``ball_swaps``).
 - Both halves at the official timestamps. A full game starts at the real first row's timestamp
   (123.95 s before kick-off, sensor 98 first, as in the real file); there is no ball data at all from
   ``BALL_MISSING_FROM`` to the end of the 1st half.
@@ -44,10 +47,10 @@ Sensor noise (on by default, ``GeneratorConfig.noise``; amplitudes there): posit
 ``|v|`` and ``|a|`` noise, timestamp jitter and drop-outs of body and ball sensors, applied to the
 smoothed samples as written (so ``|v|`` no longer equals the positions' derivative exactly, as in
 a real tracker). Simplified on purpose: shoe offsets are fixed in the world frame (no gait, no heading);
-spare balls lie still (v = a = 0) and never swap with the game ball; every interruption is a ball
-out of play (or a goal) followed by a restart; shots are ground shots (no gravity in the
-projection matters); goalkeepers save with the feet; the ball is moved back into the field along
-a smooth path without a carrier. Measured: the full game (49,579,492 rows, 3.3 GB) in 45 s wall on
+every interruption is a ball out of play (or a goal) followed by a restart with another ball
+(with ``spare_balls=False``: the same ball, moved back into the field along a smooth path
+without a carrier, and still spares); shots are ground shots (no gravity in the projection
+matters); goalkeepers save with the feet; ball boys walk polylines and throws land dead. Measured: the full game (49,579,492 rows, 3.3 GB) in 45 s wall on
 this 2-core machine at ~420 MB peak memory.
 
 Example:
@@ -105,6 +108,9 @@ GAME_BALL = {1: 4, 2: 12}
 SPARE_BALLS = {1: (8, 10), 2: (4, 8, 10)}
 # Where spare balls lie (m), all outside the FAQ field rectangle.
 SPARE_REST = {4: (-2.6, -14.0), 8: (-3.1, 9.5), 10: (55.2, -3.0), 12: (54.9, 17.0)}
+# Where ball boys keep spare balls when spares move (GeneratorConfig.spare_balls): the four spots
+# above by the touch lines and two behind each goal line.
+SPARE_SPOTS = tuple(SPARE_REST.values()) + ((13.0, -37.0), (39.0, -37.0), (13.0, 37.0), (39.0, 37.0))
 
 G = 9.81
 BALL_R = 0.11  # ball centre height when on the ground (m)
@@ -149,6 +155,22 @@ class GeneratorConfig:
             ``ball_dropout_samples`` (10 = 5 ms) ball samples with ``ball_dropout`` (0.2 %).
             The noise is a pure function of (seed, sensor, sample index), so the ground truth
             is computed from the very samples written.
+        spare_balls: move and swap the spare balls as the real game does (default; ``False``:
+            the game ball stays in play for the whole half and the spares lie still, as before).
+            Rules (see ``_SpareBalls``): after every interruption that begins with the ball
+            leaving the field (touch line, goal line or into the goal) the ball that went out
+            lies where it stopped for 2-8 s, then a ball boy carries it (lifted to 1 m, at
+            ``spare_walk_speed`` m/s) around the outside of the field to its home spot by a
+            touch line; the spare closest (walking round the field) to the restart is carried to
+            the boundary next to the restart point and handed in (restart within 6 m) or
+            rolled in along the ground (a kick-off after a goal), reaching the restart point at
+            rest before the restart touch: it becomes the ball in play when it crosses into the
+            field. While at their home spots spares rest (sensor noise only) and make
+            excursions along the outside of their touch line: carried 3-12 m and back
+            (``spare_carry_per_min`` per ball, at walking speed), or thrown 6-15 m to another
+            ball boy and carried back (``spare_throw_per_min``). A spare never enters the
+            field; every ball reports on the 0.5 ms grid; the duty-cycle silences
+            (``spare_ball_duty``) apply only while a ball is a spare.
     """
 
     seed: int = 0
@@ -170,6 +192,10 @@ class GeneratorConfig:
     body_dropout_samples: int = 20
     ball_dropout: float = 0.002
     ball_dropout_samples: int = 10
+    spare_balls: bool = True
+    spare_walk_speed: float = 1.4
+    spare_carry_per_min: float = 0.5
+    spare_throw_per_min: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -396,6 +422,22 @@ class _BallPath:
         a = np.array([a[0], a[1], BALL_R]); b = np.array([b[0], b[1], BALL_R])
         v = np.array([(b[0] - a[0]) / T, (b[1] - a[1]) / T, G * T / 2])
         self.add(ta, a, v, np.array([0.0, 0.0, -G]))
+
+    def move3(self, ta: float, tb: float, a, b) -> None:
+        """Move a ball at rest from 3D point a to b (at rest again): trapezoid speed (a third
+        accelerating, a third at 1.5x the mean speed, a third braking), no velocity jump."""
+        a = np.asarray(a, float); b = np.asarray(b, float)
+        d_vec = b - a
+        dist = float(np.linalg.norm(d_vec)); T = tb - ta
+        if dist < 1e-6 or T <= 0:
+            self.rest(ta, b)
+            return
+        u = d_vec / dist
+        acc = 4.5 * dist / (T * T); vc = 1.5 * dist / T
+        self.add(ta, a, np.zeros(3), acc * u)
+        self.add(ta + T / 3, a + u * dist / 4, vc * u, np.zeros(3))
+        self.add(ta + 2 * T / 3, a + u * 3 * dist / 4, vc * u, -acc * u)
+        self.rest(tb, b)
 
     def smooth_move(self, ta: float, tb: float, a, b) -> None:
         """Carry a ball at rest from a to b (at rest again): trapezoid speed, no acceleration spike."""
@@ -986,6 +1028,10 @@ class _Half:
         self.kball = _kernel(cfg.ball_sigma_s, BALL_PERIOD_PS / PS_PER_S)
         self._make_sensors(np.random.default_rng([cfg.seed, half, 3]))
         self._build_ball(np.random.default_rng([cfg.seed, half, 4]))
+        self.spares = _SpareBalls(self, np.random.default_rng([cfg.seed, half, 5])) \
+            if cfg.spare_balls else None
+        if self.spares is not None:
+            self._spare_silences(np.random.default_rng([cfg.seed, half, 6]))
 
     # -- sensors ----------------------------------------------------------------------------------
     def _make_sensors(self, rng) -> None:
@@ -1016,6 +1062,35 @@ class _Half:
                 acc += g
             s.off_intervals = off
 
+    def _spare_silences(self, rng) -> None:
+        """With moving spares every ball is a spare at some time: each ball gets duty-cycle
+        silences over the half (as ``_make_sensors`` gives the spares), removed wherever the ball
+        is coming in or in play (``_SpareBalls.live``), so only spares are ever silent."""
+        span = (min(self.ts_hi, BALL_MISSING_FROM) if self.half == 1 else self.ts_hi) - self.ts_lo
+        for sid in (GAME_BALL[self.half],) + SPARE_BALLS[self.half]:
+            n = max(1, int(span / PS_PER_S / 75))
+            starts = np.sort(rng.uniform(0, 1, n))
+            gaps = rng.exponential(1.0, n)
+            gaps = gaps / gaps.sum() * (1 - self.cfg.spare_ball_duty) * span
+            starts = starts * (span - gaps.sum())
+            off, acc = [], 0.0
+            for st, g in zip(starts, gaps):
+                a = self.ts_lo + int(st + acc)
+                off.append((a, a + int(g)))
+                acc += g
+            for lo, hi in self.spares.live[sid]:  # subtract the live spans
+                cut = []
+                for a, b in off:
+                    if b <= lo or a >= hi:
+                        cut.append((a, b))
+                        continue
+                    if a < lo:
+                        cut.append((a, lo))
+                    if b > hi:
+                        cut.append((hi, b))
+                off = cut
+            self.sensors[sid].off_intervals = [(a, b) for a, b in off if b > a]
+
     def _add_sensor(self, sid, person, off, z0, zamp, period, rng) -> None:
         phase = int(rng.integers(0, period))
         if sid == 98 and self.ts_lo == FIRST_ROW_TS:
@@ -1034,6 +1109,11 @@ class _Half:
             y = np.interp(t, wt, wy) + s.off[1]
             z = s.z0 + s.zamp * np.sin(2 * math.pi * s.zfreq * t + s.zphase)
             return np.stack([x, y, z], axis=1)
+        if self.spares is not None:
+            t0, p0, v0, acc = self.spares.paths[s.sid]
+            i = np.clip(np.searchsorted(t0, t, side="right") - 1, 0, len(t0) - 1)
+            tau = (t - t0[i])[:, None]
+            return p0[i] + v0[i] * tau + 0.5 * acc[i] * tau * tau
         if s.sid != GAME_BALL[self.half]:
             rx, ry = SPARE_REST[s.sid]
             return np.tile(np.array([rx, ry, BALL_R]), (len(t), 1))
@@ -1108,6 +1188,7 @@ class _Half:
             if tc.point is None:
                 tc.point = pl.touches[i - 1].point
         bp = _BallPath(pl.t_lo - 10.0, CENTRE)
+        self.carries: list[dict] = []  # the ball carried back for a restart (spare-ball swaps)
         self.bounces: list[dict] = []
         self.goal_crossings: list[dict] = []
 
@@ -1171,6 +1252,12 @@ class _Half:
                 if t_end - t_start < 0.5:
                     t_start = max(rest_from + 0.05, t_end - 0.5)
                 bp.smooth_move(t_start, t_end, a, b)
+                prev_kind = pl.legs[pl.legs.index(leg) - 1].kind
+                self.carries.append(dict(t_start=t_start, t_end=t_end, rest_from=rest_from,
+                                         a=np.asarray(a, float), b=np.asarray(b, float),
+                                         stop=leg.extra.get("stop", (leg.ta, leg.tb)),
+                                         kind="goal" if prev_kind == "goal" else "out",
+                                         next_touch=nxt_touch.t if nxt_touch else None))
         t0, p0, v0, acc = bp.freeze()
         self.ball = (t0, p0, v0, acc)
 
@@ -1199,6 +1286,300 @@ class _Half:
                 p = self.shoe_at(i, side, t)
                 best = min(best, float(np.hypot(p[0] - xy[0], p[1] - xy[1])))
         return best
+
+
+# --------------------------------------------------------------------------------------------------
+# Spare balls: moved by ball boys outside the field, swapped with the ball in play at restarts
+# --------------------------------------------------------------------------------------------------
+
+_RING_OFF = 2.5  # m outside the field: ball boys walk on this rectangle
+_RING = (FIELD[0] - _RING_OFF, FIELD[1] + _RING_OFF, FIELD[2] - _RING_OFF, FIELD[3] + _RING_OFF)
+_RING_CORNERS = [np.array([_RING[0], _RING[2]]), np.array([_RING[1], _RING[2]]),
+                 np.array([_RING[1], _RING[3]]), np.array([_RING[0], _RING[3]])]
+_RING_W, _RING_H = _RING[1] - _RING[0], _RING[3] - _RING[2]
+_RING_LEN = 2 * (_RING_W + _RING_H)
+_CARRY_Z = 1.0  # a carried ball is held at about hip height (m)
+_LIFT_S = 0.6   # picking a ball up / putting it down (s)
+_HAND_IN_MAX_M = 6.0  # farther restarts (the kick-off after a goal) are rolled in
+
+
+def _outside_side(p) -> int:
+    """The side of the field a point outside lies beyond: 0 bottom (-y), 1 right (+x), 2 top
+    (+y), 3 left (-x); the farthest one at a corner."""
+    ex = [FIELD[2] - p[1], p[0] - FIELD[1], p[1] - FIELD[3], FIELD[0] - p[0]]
+    return int(np.argmax(ex))
+
+
+def _ring_point(p, side: int) -> np.ndarray:
+    """p moved perpendicular to `side` onto the ring (both stay beyond that side)."""
+    if side in (0, 2):
+        return np.array([float(np.clip(p[0], _RING[0], _RING[1])), _RING[2] if side == 0 else _RING[3]])
+    return np.array([_RING[1] if side == 1 else _RING[0], float(np.clip(p[1], _RING[2], _RING[3]))])
+
+
+def _ring_s(q, side: int) -> float:
+    if side == 0:
+        return q[0] - _RING[0]
+    if side == 1:
+        return _RING_W + q[1] - _RING[2]
+    if side == 2:
+        return _RING_W + _RING_H + _RING[1] - q[0]
+    return 2 * _RING_W + _RING_H + _RING[3] - q[1]
+
+
+def _ring_route(p, q) -> list[np.ndarray]:
+    """Walk from outside point p to outside point q without entering the field: straight out to
+    the ring, along it the shorter way round (through its corners), straight to q. Every leg
+    stays beyond one side of the field."""
+    sp, sq = _outside_side(p), _outside_side(q)
+    pp, qq = _ring_point(p, sp), _ring_point(q, sq)
+    a, b = _ring_s(pp, sp), _ring_s(qq, sq)
+    fwd = (b - a) % _RING_LEN
+    pts = [np.asarray(p, float)[:2], pp]
+    corner_s = [0.0, _RING_W, _RING_W + _RING_H, 2 * _RING_W + _RING_H]
+    if fwd <= _RING_LEN / 2:
+        cs = sorted(((c - a) % _RING_LEN, i) for i, c in enumerate(corner_s))
+        pts += [_RING_CORNERS[i] for d, i in cs if 0 < d < fwd]
+    else:
+        cs = sorted(((a - c) % _RING_LEN, i) for i, c in enumerate(corner_s))
+        pts += [_RING_CORNERS[i] for d, i in cs if 0 < d < _RING_LEN - fwd]
+    pts += [qq, np.asarray(q, float)[:2]]
+    out = [pts[0]]
+    for x in pts[1:]:
+        if np.linalg.norm(x - out[-1]) > 0.01:
+            out.append(x)
+    return out
+
+
+def _route_len(pts) -> float:
+    return float(sum(np.linalg.norm(b - a) for a, b in zip(pts, pts[1:])))
+
+
+def _entry_spot(b) -> np.ndarray:
+    """Where a ball boy hands a ball in for a restart at b: the ring point beyond b's nearest side."""
+    d = [b[1] - FIELD[2], FIELD[1] - b[0], FIELD[3] - b[1], b[0] - FIELD[0]]
+    return _ring_point(b, int(np.argmin(d)))
+
+
+class _SpareBalls:
+    """The raw path of every ball sensor of one half when spare balls move and swap.
+
+    The ball in play follows the planned play path (``_Half.ball``). At every restart after the
+    ball left the field (``_Half.carries``) the ball that went out stays outside and becomes a
+    spare; the spare whose walk round the field to the restart is shortest (among those free in
+    time to walk there at ``spare_walk_speed``) is carried to the boundary next to the restart
+    point and handed in (or rolled in from there), and follows the play path from then on. Spares
+    between swaps rest at their home spot (``SPARE_REST``) and make excursions along the outside
+    of their touch line (carried and brought back; thrown and brought back).
+
+    Attributes:
+        paths: sid -> frozen raw path (t0, p0, v0, acc) as ``_BallPath.freeze``.
+        owners: the ball in play per stretch: dicts ``sid, own_from, own_to, entry_from, kind``
+            (seconds since the half start; ``own_to`` None for the last one).
+        live: sid -> [(ts_a, ts_b)] spans in which the ball transmits without duty silences.
+        swaps, excursions, max_carry_speed: what was planned (reported in the truth file).
+    """
+
+    def __init__(self, h: "_Half", rng: np.random.Generator) -> None:
+        self.h, self.rng, cfg = h, rng, h.cfg
+        pl = h.planner
+        self.walk = cfg.spare_walk_speed
+        balls = (GAME_BALL[h.half],) + SPARE_BALLS[h.half]
+        t_first = pl.t_lo - 10.0
+        self.ops: dict[int, list] = {sid: [] for sid in balls}
+        home = {sid: np.array([*SPARE_REST[sid], BALL_R]) for sid in balls}
+        self.home = home  # where each ball lies while a spare (it changes: nearest free spot)
+        idle = {sid: t_first for sid in SPARE_BALLS[h.half]}  # free at home from then on
+        gaps: dict[int, list] = {sid: [] for sid in balls}  # (from, to) at home, free
+        cur, own_from, entry_from, cur_kind = GAME_BALL[h.half], t_first, t_first, None
+        self.owners: list[dict] = []
+        self.swaps: list[dict] = []
+        self.max_carry_speed = 0.0
+        touches = sorted(tc.t for tc in pl.touches)
+        for c in h.carries:
+            if c["t_start"] >= pl.t_hi:
+                break  # after the end of the data (a short game)
+            plan = self._plan_entry(c, idle, touches)
+            if plan is None:
+                self.swaps.append(dict(t=c["t_start"], out_sid=cur, in_sid=None, kind=c["kind"],
+                                       skipped="no spare could reach the restart in time"))
+                continue
+            new, route, t_dep, v, t_in0, t_join, mode, w = plan
+            # the ball that went out: play path until the carry starts, then it lies there
+            self.ops[cur].append((own_from, "play", (own_from, c["t_start"])))
+            self.owners.append(dict(sid=cur, own_from=own_from, own_to=c["t_start"],
+                                    entry_from=entry_from, came_in_after=cur_kind))
+            a3 = np.array([*c["a"][:2], BALL_R])
+            self.ops[cur].append((c["t_start"], "rest", (c["t_start"], a3)))
+            t_pick = c["t_start"] + float(rng.uniform(2.0, 8.0))
+            # the new ball: from its spot (free since idle[new]) to the entry spot, then in
+            gaps[new].append((idle[new], t_dep - _LIFT_S))
+            # the ball that went out is carried to the nearest free spot
+            taken = [tuple(np.round(home[b][:2], 3)) for b in balls if b not in (cur, new)]
+            spots = [np.array(q) for q in SPARE_SPOTS if tuple(np.round(q, 3)) not in taken]
+            routes = [_ring_route(c["a"], q) for q in spots]
+            back = min(routes, key=_route_len)
+            home[cur] = np.array([*back[-1], BALL_R])
+            t_home = self._carry(cur, t_pick, back, a3, home[cur], self.walk)
+            idle[cur] = t_home
+            self.max_carry_speed = max(self.max_carry_speed, v)
+            w3 = np.array([*w, _CARRY_Z])
+            self._carry(new, t_dep - _LIFT_S, route, home[new], w3, v, put_down=False)
+            b3 = np.array([*c["b"][:2], BALL_R])
+            if mode == "hand":
+                self.ops[new].append((t_in0, "move3", (t_in0, t_join, w3, b3)))
+            else:
+                g3 = np.array([*w, BALL_R])
+                self.ops[new].append((t_in0 - _LIFT_S - 0.2, "move3", (t_in0 - _LIFT_S - 0.2,
+                                                                      t_in0 - 0.2, w3, g3)))
+                self.ops[new].append((t_in0, "roll", (t_in0, t_join, w, c["b"][:2])))
+            del idle[new]
+            self.swaps.append(dict(t=c["t_start"], out_sid=cur, in_sid=new, kind=c["kind"],
+                                   entry=mode, entry_from=t_in0, walk_m=round(_route_len(route), 1),
+                                   carry_speed=round(v, 2)))
+            cur, own_from, entry_from, cur_kind = new, t_join, t_in0, c["kind"]
+        self.ops[cur].append((own_from, "play", (own_from, pl.t_hi + 10.0)))
+        self.owners.append(dict(sid=cur, own_from=own_from, own_to=None, entry_from=entry_from,
+                                came_in_after=cur_kind))
+        for sid, t in idle.items():
+            gaps[sid].append((t, pl.t_hi + 10.0))
+        self.excursions = {sid: dict(carried=0, thrown=0) for sid in balls}
+        for sid, spans in gaps.items():
+            for g0, g1 in spans:
+                self._excursions(sid, max(g0, pl.t_lo), g1)
+        self.paths = {}
+        for sid in balls:
+            bp = _BallPath(t_first, home[sid][:2]) if sid != GAME_BALL[h.half] else \
+                _BallPath(t_first, CENTRE)
+            for _, op, args in sorted(self.ops[sid], key=lambda o: o[0]):
+                getattr(self, "_op_" + op)(bp, *args)
+            self.paths[sid] = bp.freeze()
+        self.live = {sid: [] for sid in balls}
+        for o in self.owners:
+            lo = h.h0 + round(o["entry_from"] * PS_PER_S)
+            hi = h.h0 + round(o["own_to"] * PS_PER_S) if o["own_to"] is not None else h.ts_hi + 1
+            self.live[o["sid"]].append((lo, hi))
+
+    # -- planning ---------------------------------------------------------------------------------
+    def _plan_entry(self, c, idle, touches):
+        """Which spare comes in for carry `c`, along which route, when and how."""
+        b = c["b"][:2]
+        w = _entry_spot(b)
+        dist = float(np.linalg.norm(b - w))
+        nxt = c["next_touch"] if c["next_touch"] is not None else c["t_end"] + 1.0
+        if dist <= _HAND_IN_MAX_M:
+            mode, dur = "hand", max(dist / 1.2, 1.0)
+        else:
+            mode, dur = "roll", max(dist / 4.0, 1.0)
+        t_in0 = max(c["t_start"], c["t_end"] - dur)
+        t_join = max(c["t_end"], t_in0 + min(dur, 0.3 if mode == "hand" else dist / 15.0))
+        if t_join > nxt - 0.1:
+            return None
+        t_arr = t_in0 - (_LIFT_S + 0.4 if mode == "roll" else 0.2)
+        best = None
+        for sid, t_free in idle.items():
+            route = _ring_route(self.home[sid][:2], w)
+            L = _route_len(route)
+            walk_t = sum(1.5 * float(np.linalg.norm(q - p)) / self.walk for p, q in zip(route, route[1:]))
+            avail = t_arr - (t_free + 0.5 + _LIFT_S)
+            if avail <= 0.5:
+                continue
+            v = self.walk * max(1.0, walk_t / avail)
+            key = (v > self.walk + 1e-9, L if v <= self.walk + 1e-9 else v)
+            if best is None or key < best[0]:
+                t_dep = t_arr - walk_t * self.walk / v
+                best = (key, (sid, route, t_dep, v, t_in0, t_join, mode, w))
+        return None if best is None else best[1]
+
+    def _carry(self, sid, t0, route, a3, b3, v, put_down=True) -> float:
+        """Pick up at t0 (at a3), walk the route at peak speed v (held at _CARRY_Z), put down at
+        b3 (or keep holding it there). Returns the end time."""
+        pts = [np.array([*p, _CARRY_Z]) for p in route]
+        self.ops[sid].append((t0, "move3", (t0, t0 + _LIFT_S, np.asarray(a3, float), pts[0])))
+        t = t0 + _LIFT_S
+        for p, q in zip(pts, pts[1:]):
+            T = 1.5 * float(np.linalg.norm(q - p)) / v
+            self.ops[sid].append((t, "move3", (t, t + T, p, q)))
+            t += T
+        if put_down:
+            self.ops[sid].append((t, "move3", (t, t + _LIFT_S, pts[-1], np.asarray(b3, float))))
+            t += _LIFT_S
+        return t
+
+    def _excursions(self, sid, g0, g1) -> None:
+        """Random excursions of a resting spare in [g0, g1): carried along the outside of its
+        touch line and back, or thrown to another ball boy and carried back."""
+        rng, cfg = self.rng, self.h.cfg
+        rate = (cfg.spare_carry_per_min + cfg.spare_throw_per_min) / 60.0
+        if rate <= 0:
+            return
+        p = self.home[sid]
+        t = g0 + 2.0
+        while True:
+            t += float(rng.exponential(1.0 / rate))
+            throw = rng.random() < cfg.spare_throw_per_min / 60.0 / rate
+            d = float(rng.uniform(6.0, 15.0) if throw else rng.uniform(3.0, 12.0))
+            along = 0 if _outside_side(p) in (0, 2) else 1  # parallel to the nearest line
+            mid = CENTRE[along]
+            sign = -1.0 if p[along] > mid else 1.0  # mostly towards the middle of that line
+            sign = sign if rng.random() < 0.8 else -sign
+            q = p.copy()
+            q[along] += sign * d  # beyond the same line: stays outside
+            pause = float(rng.uniform(3.0, 15.0) if throw else rng.uniform(5.0, 30.0))
+            T_walk = 1.5 * d / self.walk
+            T_f = float(rng.uniform(0.9, 1.3))
+            dur = (2 * _LIFT_S + T_f if throw else 2 * _LIFT_S + T_walk) + pause + 2 * _LIFT_S + T_walk
+            if t + dur > g1 - 2.0:
+                return
+            up = np.array([p[0], p[1], _CARRY_Z])
+            if throw:
+                self.ops[sid].append((t, "move3", (t, t + _LIFT_S, p, up)))
+                self.ops[sid].append((t + _LIFT_S, "throw", (t + _LIFT_S, T_f, up, q)))
+                t_there = t + _LIFT_S + T_f
+            else:
+                t_there = self._carry(sid, t, [p[:2], q[:2]], p, q, self.walk)
+            self.excursions[sid]["thrown" if throw else "carried"] += 1
+            t = self._carry(sid, t_there + pause, [q[:2], p[:2]], q, p, self.walk)
+
+    # -- path operations ----------------------------------------------------------------------------
+    def _op_play(self, bp: _BallPath, a: float, b: float) -> None:
+        t0, p0, v0, acc = self.h.ball
+        i = max(int(np.searchsorted(t0, a, side="right")) - 1, 0)
+        tau = a - t0[i]
+        bp.add(a, p0[i] + v0[i] * tau + 0.5 * acc[i] * tau * tau, v0[i] + acc[i] * tau, acc[i])
+        for j in range(i + 1, len(t0)):
+            if t0[j] >= b:
+                break
+            bp.add(t0[j], p0[j], v0[j], acc[j])
+
+    @staticmethod
+    def _op_rest(bp: _BallPath, t: float, p3) -> None:
+        bp.rest(t, p3)
+
+    @staticmethod
+    def _op_move3(bp: _BallPath, ta, tb, a3, b3) -> None:
+        bp.move3(ta, tb, a3, b3)
+
+    @staticmethod
+    def _op_roll(bp: _BallPath, ta, tb, a, b) -> None:
+        dist = float(np.linalg.norm(np.asarray(b) - np.asarray(a)))
+        T = tb - ta
+        bp.roll(ta, tb, a, b, 2 * dist / (T * T) * 1.0001)  # comes to rest at b at tb, no spike
+
+    @staticmethod
+    def _op_throw(bp: _BallPath, ta, T, a3, b3) -> None:
+        a3, b3 = np.asarray(a3, float), np.asarray(b3, float)
+        v = np.array([(b3[0] - a3[0]) / T, (b3[1] - a3[1]) / T, (b3[2] - a3[2] + G * T * T / 2) / T])
+        bp.add(ta, a3, v, np.array([0.0, 0.0, -G]))
+        bp.rest(ta + T, b3)
+
+    # -- queries ------------------------------------------------------------------------------------
+    def owner_at(self, t: float) -> int:
+        for o in self.owners:
+            if o["own_to"] is None or t < o["own_to"]:
+                return o["sid"]
+        return self.owners[-1]["sid"]
+
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1266,8 +1647,61 @@ def _latest_shoe(h: _Half, sid: int, ts: np.ndarray) -> np.ndarray:
     return np.rint(pos[j] * 1000.0).astype(np.int64)
 
 
+def _ball_in_play(h: _Half, t: float) -> int:
+    """The ball sensor that follows the play path at time t (s since the half start)."""
+    return h.spares.owner_at(t) if h.spares is not None else GAME_BALL[h.half]
+
+
+def _written(h: _Half, sid: int, t_a: float, t_b: float):
+    """The written samples (ts, integer mm positions) of ball `sid` in [t_a, t_b) (s)."""
+    s = h.sensors[sid]
+    k0 = max(int(math.floor((t_a - s.t_base) / s.dt)), 0)
+    k1 = min(int(math.ceil((t_b - s.t_base) / s.dt)), s.k_end)
+    if k1 <= k0:
+        return np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
+    ts, pos, _, _, keep = h.observed(sid, k0, k1)
+    if h.half == 1:
+        keep &= ts < BALL_MISSING_FROM
+    for a, b in s.off_intervals:
+        keep &= ~((ts >= a) & (ts < b))
+    return ts[keep], np.rint(pos[keep] * 1000.0).astype(np.int64)
+
+
+def _in_field_mm(xyz) -> np.ndarray:
+    f = FIELD_MM
+    return ((xyz[:, 0] >= f["x_min"]) & (xyz[:, 0] <= f["x_max"])
+            & (xyz[:, 1] >= f["y_min"]) & (xyz[:, 1] <= f["y_max"]))
+
+
+def _balls_in_play(h: _Half, ball_visible_until: int) -> list[dict]:
+    """The truth's ``balls_in_play``: per ball that followed the play path, the first written
+    sample inside the field (``from_ts``: where the spec's rule, §2, makes it the ball in play)
+    and the written sample after its last one inside (``to_ts``: it has left the field for good;
+    a ball crossing a line can flicker in and out for a few ms with the position noise before;
+    ``None`` when it is still inside where the half's ball data end)."""
+    out = []
+    touches = sorted(tc.t for tc in h.planner.touches)
+    for o in h.spares.owners:
+        rec = dict(sid=o["sid"], came_in_after=o["came_in_after"], from_ts=None, to_ts=None)
+        t_a = max(o["entry_from"], h.t_lo)
+        ts, xyz = _written(h, o["sid"], t_a, max(o["own_from"], t_a) + 1.0)
+        ins = np.flatnonzero(_in_field_mm(xyz) & (ts < ball_visible_until))
+        if len(ins):
+            rec["from_ts"] = int(ts[ins[0]])
+        end = o["own_to"] + 0.01 if o["own_to"] is not None else h.t_hi
+        last = max([t for t in touches if t < end] or [o["own_from"]])
+        ts, xyz = _written(h, o["sid"], last, end)
+        vis = ts < ball_visible_until
+        ts, xyz = ts[vis], xyz[vis]
+        ins = np.flatnonzero(_in_field_mm(xyz))
+        if len(ins) and ins[-1] + 1 < len(ts):
+            rec["to_ts"] = int(ts[ins[-1] + 1])
+        out.append(rec)
+    return out
+
+
 def _ball_window(h: _Half, t: float, before: float = 0.015, after: float = 0.015):
-    s = h.sensors[GAME_BALL[h.half]]
+    s = h.sensors[_ball_in_play(h, t)]
     kc = int(round((t - s.t_base) / s.dt))
     k0 = max(kc - int(before / s.dt), 0)
     k1 = min(kc + int(after / s.dt) + 1, s.k_end)
@@ -1387,13 +1821,28 @@ def _truth(h: _Half, ball_visible_until: int) -> dict:
     stops = [dict(begin_ts=h.h0 + round(b * PS_PER_S),
                   end_ts=min(h.h0 + round(e * PS_PER_S), HALF_ENDS[h.half])) for b, e in pl.stops]
     sides = {"A": "+y" if pl.sign["A"] > 0 else "-y", "B": "+y" if pl.sign["B"] > 0 else "-y"}
+    spare = {}
+    if h.spares is not None:
+        sp = h.spares
+        spare = dict(
+            balls_in_play=_balls_in_play(h, ball_visible_until),
+            ball_swaps=[dict(ts=h.h0 + round(w["t"] * PS_PER_S), out_sid=w["out_sid"],
+                             in_sid=w["in_sid"], kind=w["kind"], entry=w.get("entry"),
+                             entry_from_ts=h.h0 + round(w["entry_from"] * PS_PER_S)
+                             if "entry_from" in w else None, walk_m=w.get("walk_m"),
+                             carry_speed_mps=w.get("carry_speed"), skipped=w.get("skipped"))
+                        for w in sp.swaps],
+            spare_excursions={str(k): v for k, v in sp.excursions.items()},
+            spare_max_carry_speed_mps=round(sp.max_carry_speed, 2))
     return dict(
         half=h.half, half_start_ts=h.h0, half_end_ts=HALF_ENDS[h.half], data_start_ts=h.ts_lo,
         data_end_ts=h.ts_hi, game_ball=GAME_BALL[h.half], spare_balls=list(SPARE_BALLS[h.half]),
         spare_ball_positions_mm={str(b): [round(SPARE_REST[b][0] * 1000), round(SPARE_REST[b][1] * 1000),
                                           round(BALL_R * 1000)] for b in SPARE_BALLS[h.half]},
         spare_ball_silent=[{"sid": sid, "from_ts": a, "to_ts": b}
-                           for sid in SPARE_BALLS[h.half] for a, b in h.sensors[sid].off_intervals],
+                           for sid in ((GAME_BALL[h.half],) if h.spares is not None else ())
+                           + SPARE_BALLS[h.half] for a, b in h.sensors[sid].off_intervals],
+        spare_balls_move=h.spares is not None, **spare,
         ball_data_until_ts=min(ball_visible_until, h.ts_hi),
         attacks=sides, interruptions=stops, hits=hits, soft_touches=soft, possessions=poss,
         shots=shots, bounces=h.bounces, goal_crossings=[

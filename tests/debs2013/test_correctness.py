@@ -346,6 +346,37 @@ def test_hits_recall_and_precision(ball_events, short_game):
     assert recall >= 0.98 and precision >= 0.98, (recall, precision)
 
 
+def test_only_the_ball_in_play_makes_ball_events(ball_events, short_game):
+    """With moving and swapped spare balls (generator default): every ball row and hit of the
+    ball-hitter node is a row of the truth's ball in play (``balls_in_play``: from its first
+    sample inside the field to its first sample outside), inside the field, and the detected
+    ball in play changes exactly as the planted swaps say. Spares (carried, thrown, with
+    |a| spikes outside the field) never reach Q2 / Q4."""
+    from debs2013.q2 import BALL, HIT, in_field
+
+    ev = ball_events.to_pandas()
+    rows = ev[ev["kind"].isin([BALL, HIT])]
+    assert len(rows) > 100_000
+    assert in_field(rows["x"].to_numpy(), rows["y"].to_numpy()).all()
+    n_swaps = 0
+    for half in short_game.truth["halves"]:
+        assert half["spare_balls_move"]
+        lo, hi = half["data_start_ts"], half["data_end_ts"]
+        r = rows[(rows["ts"] >= lo) & (rows["ts"] <= hi)]
+        ok = np.zeros(len(r), bool)
+        for b in half["balls_in_play"]:
+            a = b["from_ts"] if b["from_ts"] is not None else lo
+            z = b["to_ts"] if b["to_ts"] is not None else hi + 1
+            ok |= ((r["sid"] == b["sid"]) & (r["ts"] >= a) & (r["ts"] < z)).to_numpy()
+        assert ok.all(), r[~ok].head().to_string()
+        sids = r["sid"].to_numpy()
+        seq = [int(x) for i, x in enumerate(sids) if i == 0 or sids[i - 1] != x]
+        assert seq == [b["sid"] for b in half["balls_in_play"]]
+        n_swaps += len(half["ball_swaps"])
+    print(f"ball in play: {n_swaps} swaps, all ball rows / hits from the ball in play")
+    assert n_swaps >= 2
+
+
 def test_shots_found_with_shooter(ball_events, short_game):
     """Every planted shot has a q4 report by its shooter starting within its hit bracket and the
     0.2 s pending time; at most one report per half matches no planted shot."""
@@ -370,6 +401,8 @@ def test_shots_found_with_shooter(ball_events, short_game):
             used.add(int(c[0]))
         lo, hi = half["data_start_ts"], half["data_end_ts"]
         false = [i for i in reports.index if i not in used and lo <= reports["ts"][i] <= hi]
+        print(f"shots half {half['half']}: planted {len(half['shots'])}, all found, "
+              f"unplanted reports {len(false)}")
         assert len(false) <= 1, reports.loc[false].to_string()
     assert sum(len(h["shots"]) for h in short_game.truth["halves"]) >= 2
 

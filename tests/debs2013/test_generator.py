@@ -74,6 +74,22 @@ def _sensor(cols, sid):
     return {c: v[m] for c, v in cols.items()}
 
 
+def _in_play_rows(cols, h):
+    """The rows of the ball in play of half `h` (truth ``balls_in_play``), in ts order."""
+    parts = []
+    for b in h["balls_in_play"]:
+        lo = b["from_ts"] if b["from_ts"] is not None else h["data_start_ts"]
+        hi = b["to_ts"] if b["to_ts"] is not None else h["data_end_ts"] + 1
+        parts.append((cols["sid"] == b["sid"]) & (cols["ts"] >= lo) & (cols["ts"] < hi))
+    m = np.logical_or.reduce(parts)
+    return {c: v[m] for c, v in cols.items()}
+
+
+def _inside(x, y):
+    f = gen.FIELD_MM
+    return (x >= f["x_min"]) & (x <= f["x_max"]) & (y >= f["y_min"]) & (y <= f["y_max"])
+
+
 def _half_mask(cols, half):
     lo, hi = (gen.FIRST_HALF_START - 200 * gen.PS_PER_S, gen.FIRST_HALF_END) if half == 1 else (
         gen.SECOND_HALF_START, gen.SECOND_HALF_END)
@@ -96,22 +112,30 @@ def test_format_is_headerless_13_integer_fields_ordered_by_exact_ts(game):
 
 
 def test_rates_per_sensor_class(clean_game):
-    """Without noise (no jitter, no drop-outs): body sensors every 5 ms, the game ball every
-    0.5 ms, spare balls on the 0.5 ms grid."""
-    _, cols, _ = clean_game
-    for half, balls in ((1, {4, 8, 10}), (2, {4, 8, 10, 12})):
-        m = _half_mask(cols, half)
+    """Without noise (no jitter, no drop-outs): body sensors every 5 ms; every ball on the 0.5 ms
+    grid, without a gap while it is in play (truth ``balls_in_play``), and transmitting about
+    ``spare_ball_duty`` of the time while it is a spare (moving or not)."""
+    _, cols, truth = clean_game
+    duty = gen.GeneratorConfig().spare_ball_duty
+    for h, balls in zip(truth["halves"], ({4, 8, 10}, {4, 8, 10, 12})):
+        m = _half_mask(cols, h["half"])
         present = set(np.unique(cols["sid"][m]).tolist())
         assert present == BODY | balls
+        span = (h["data_end_ts"] - h["data_start_ts"]) / gen.BALL_PERIOD_PS
         for sid in present:
             ts = cols["ts"][m & (cols["sid"] == sid)]
             d = np.diff(ts)
             if sid in BODY:
                 assert np.all(d == gen.BODY_PERIOD_PS), sid
-            elif sid == gen.GAME_BALL[half]:
-                assert np.all(d == gen.BALL_PERIOD_PS), sid
-            else:
-                assert np.all(d % gen.BALL_PERIOD_PS == 0), sid
+                continue
+            assert np.all(d % gen.BALL_PERIOD_PS == 0), sid
+            assert duty - 0.05 < len(ts) / span <= 1.0, (sid, len(ts) / span)
+            for b in h["balls_in_play"]:
+                if b["sid"] == sid:
+                    lo = b["from_ts"] if b["from_ts"] is not None else h["data_start_ts"]
+                    hi = b["to_ts"] if b["to_ts"] is not None else h["data_end_ts"]
+                    seg = ts[(ts >= lo) & (ts <= hi)]
+                    assert len(seg) > 100 and np.all(np.diff(seg) == gen.BALL_PERIOD_PS), sid
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
@@ -143,7 +167,13 @@ def test_velocity_and_acceleration_match_finite_differences_of_positions(clean_g
         a = _vectors(s, "a", "a")
         n = len(p)
         rng = np.random.default_rng(sid)
-        for start in rng.integers(1, n - 400, 40):
+        # windows of consecutive samples only (a spare ball's silences break the sums)
+        step = np.diff(s["ts"]) == np.diff(s["ts"][:2])[0]
+        gapless = np.r_[0, np.cumsum(~step)]
+        starts = [int(x) for x in rng.integers(1, n - 400, 400)
+                  if gapless[x - 1] == gapless[x + 302]][:40]
+        assert len(starts) >= 10
+        for start in starts:
             lo, hi = int(start), int(start) + 300
             lhs = 2 * h * v[lo:hi + 1].sum(axis=0)
             rhs = (p[hi + 1] + p[hi]) - (p[lo] + p[lo - 1])
@@ -169,7 +199,7 @@ def test_planted_hits_satisfy_the_hit_rule_and_are_the_only_contacts(game):
     _, cols, truth = game
     shoes = {sid: _sensor(cols, sid) for sid in SHOES}
     for h in truth["halves"]:
-        ball = _sensor(cols, h["game_ball"])
+        ball = _in_play_rows(cols, h)
         assert len(h["hits"]) > 10
         hit_ts = np.array(sorted(x["ts"] for x in h["hits"]), dtype=np.int64)
         for hit in h["hits"]:
@@ -195,7 +225,7 @@ def test_shots_project_into_the_opponent_goal_within_1_5_s(game):
     _, cols, truth = game
     n = 0
     for h in truth["halves"]:
-        ball = _sensor(cols, h["game_ball"])
+        ball = _in_play_rows(cols, h)
         for shot in h["shots"]:
             assert shot["goal"] == h["attacks"][shot["team"]]
             assert shot["projects_at_last_hit_sample"]
@@ -219,17 +249,108 @@ def test_sides_follow_goalkeepers_at_kick_off(game):
             assert (y < 0) == (h["attacks"][team] == "+y")
 
 
-def test_spare_balls_lie_outside_the_field(game):
-    """Spare balls never report a position inside the FAQ field rectangle."""
+def test_spare_balls_stay_outside_the_field_and_the_ball_in_play_inside(game):
+    """Every ball sample outside its in-play stretch (truth ``balls_in_play``: from its first
+    sample inside to the sample after its last one inside) lies outside the FAQ field
+    rectangle; inside the stretch (50 ms from its ends: noise at the line) the ball is inside.
+    So at most one ball is ever inside the field."""
     _, cols, truth = game
-    f = gen.FIELD_MM
     for h in truth["halves"]:
-        for sid in h["spare_balls"]:
-            m = (cols["sid"] == sid) & (cols["ts"] >= h["data_start_ts"]) & (cols["ts"] <= h["data_end_ts"])
-            assert m.sum() > 0
-            x, y = cols["x"][m], cols["y"][m]
-            inside = (x >= f["x_min"]) & (x <= f["x_max"]) & (y >= f["y_min"]) & (y <= f["y_max"])
-            assert not inside.any()
+        span = (cols["ts"] >= h["data_start_ts"]) & (cols["ts"] <= h["data_end_ts"])
+        balls = span & np.isin(cols["sid"], [h["game_ball"]] + h["spare_balls"])
+        in_play = np.zeros(len(cols["ts"]), bool)
+        for b in h["balls_in_play"]:
+            lo = b["from_ts"] if b["from_ts"] is not None else h["data_start_ts"]
+            hi = b["to_ts"] if b["to_ts"] is not None else h["data_end_ts"] + 1
+            m = balls & (cols["sid"] == b["sid"]) & (cols["ts"] >= lo) & (cols["ts"] < hi)
+            in_play |= m
+            settled = m & (cols["ts"] >= lo + 50 * 10**9) & (cols["ts"] < hi - 50 * 10**9)
+            assert _inside(cols["x"][settled], cols["y"][settled]).all(), b
+        spare = balls & ~in_play
+        assert spare.sum() > 0
+        assert not _inside(cols["x"][spare], cols["y"][spare]).any()
+
+
+def test_a_spare_replaces_the_ball_after_each_out_of_field_event(game):
+    """Every interruption after the kick-off begins with the ball leaving the field (touch line,
+    goal line or goal) and ends with another ball in play: the truth's swaps name a new ball
+    each time, the old ball leaves the field around the interruption's begin and the new one
+    enters during the interruption, after the old one left."""
+    _, cols, truth = game
+    total = 0
+    for h in truth["halves"]:
+        # every interruption that ends inside the data has its swap (one that ends after the
+        # data may have it or not: the ball goes out, the game's data ends)
+        stops = [i for i in h["interruptions"][1:] if i["begin_ts"] < h["data_end_ts"]]
+        swaps = h["ball_swaps"]
+        assert len(stops) - 1 <= len(swaps) <= len(stops)
+        assert len(swaps) == len(stops) or stops[-1]["end_ts"] >= h["data_end_ts"]
+        assert not any(w["skipped"] for w in swaps)
+        bip = h["balls_in_play"]
+        assert len(bip) == len(swaps) + 1
+        for stop, w, old, new in zip(stops, swaps, bip, bip[1:]):
+            assert w["out_sid"] == old["sid"] != new["sid"] == w["in_sid"]
+            assert new["sid"] in [h["game_ball"]] + h["spare_balls"]
+            assert stop["begin_ts"] - 3 * gen.PS_PER_S <= old["to_ts"] <= stop["begin_ts"] + gen.PS_PER_S
+            assert old["to_ts"] < new["from_ts"] <= stop["end_ts"] + gen.PS_PER_S
+            # the ball that went out is outside from then on (until it is brought in again)
+            m = (cols["sid"] == old["sid"]) & (cols["ts"] >= old["to_ts"]) & (cols["ts"] < new["from_ts"])
+            assert m.sum() > 100 and not _inside(cols["x"][m], cols["y"][m]).any()
+            total += 1
+    assert total >= 2
+
+
+def test_spare_balls_move_outside_the_field():
+    """Spares are carried at walking speed and thrown: over 10 minutes of a half every spare
+    makes excursions; every leg a ball boy walks (round the field's corners) stays outside."""
+    h = gen._Half(gen.GeneratorConfig(seed=5), 2, gen.SECOND_HALF_START,
+                  gen.SECOND_HALF_START + 600 * gen.PS_PER_S)
+    sp = h.spares
+    assert sum(e["carried"] for e in sp.excursions.values()) >= 3
+    assert sum(e["thrown"] for e in sp.excursions.values()) >= 1
+    assert len(sp.swaps) >= 3 and all(w["in_sid"] is not None for w in sp.swaps)
+    assert sp.max_carry_speed <= 3.0
+    t = np.arange(h.t_lo, h.t_hi, 0.01)
+    for sid, path in sp.paths.items():
+        t0, p0, v0, acc = path
+        i = np.clip(np.searchsorted(t0, t, side="right") - 1, 0, len(t0) - 1)
+        tau = (t - t0[i])[:, None]
+        p = p0[i] + v0[i] * tau + 0.5 * acc[i] * tau * tau
+        v = v0[i] + acc[i] * tau
+        owner = np.array([sp.owner_at(x) == sid for x in t])
+        entering = np.zeros(len(t), bool)
+        for o in sp.owners:
+            if o["sid"] == sid:
+                entering |= (t >= o["entry_from"]) & (t < o["own_from"])
+        spare = ~owner & ~entering
+        inside = _inside(p[:, 0] * 1000, p[:, 1] * 1000)
+        assert not inside[spare].any(), sid
+        if spare.any():
+            assert np.hypot(v[spare, 0], v[spare, 1]).max() > 1.0, sid  # it moved
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        a, b = (gen._ring_point(rng.uniform(-10, 60, 2), int(rng.integers(4))) for _ in range(2))
+        pts = gen._ring_route(a, b)
+        for p, q in zip(pts, pts[1:]):
+            s = np.linspace(0, 1, 50)[:, None]
+            seg = p + s * (q - p)
+            assert not _inside(seg[:, 0] * 1000, seg[:, 1] * 1000).any()
+
+
+def test_spare_balls_switch_off(tmp_path):
+    """``spare_balls=False``: one ball in play for the whole half and still spares, as before."""
+    res = gen.generate_game(tmp_path / "g.csv", minutes=0.5, seed=3,
+                            config=gen.GeneratorConfig(spare_balls=False))
+    truth = json.loads(res.truth_path.read_text())
+    table = pacsv.read_csv(res.game_path, read_options=pacsv.ReadOptions(column_names=COLS))
+    sid, v = table.column("sid").to_numpy(), table.column("v").to_numpy()
+    for h in truth["halves"]:
+        assert not h["spare_balls_move"] and "ball_swaps" not in h
+        ts = table.column("ts").to_numpy()
+        half = (ts >= h["data_start_ts"]) & (ts <= h["data_end_ts"])
+        for b in h["spare_balls"]:
+            assert v[half & (sid == b)].max() == 0
+        assert v[half & (sid == h["game_ball"])].max() > 0
 
 
 def test_all_intensity_classes_occur_with_long_runs_and_short_bursts(game):
