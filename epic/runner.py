@@ -9,7 +9,10 @@ How it drives a topology:
    pushed on at once. A ``splitstream`` routes batches to its output ports; a ``merge`` tells them
    apart by input index.
 3. After each batch the source emits a watermark (the largest event time seen minus its
-   ``lateness``); when it is exhausted, a final watermark ``max + 1`` and then the end. A node
+   ``lateness``); when it is exhausted, a final watermark ``max + 1`` and then the end. A source
+   with ``slack=`` / ``punctuation=`` goes through :class:`epic.timecore.Reorderer` instead: the
+   rows its watermark passes leave sorted by time, late rows are counted (and written to its
+   ``late_file``), and the held rows leave at the end. A node
    forwards a watermark after handling it (a merge forwards the minimum over its inputs); a node
    ends when all its inputs have ended, after flushing (``on_end``).
 4. Per node, rows in / out and time spent are counted; edges count rows per stream. With

@@ -3,7 +3,9 @@
 Sources are frozen configs; :meth:`Source.open` starts a fresh read and returns a
 :class:`SourceReader` (an iterable of ``pyarrow.RecordBatch`` with counters). Runtimes stamp the
 ``_entry`` column and emit watermarks (the largest event time seen, minus ``lateness``, and a final
-``max + 1`` before the end); sources themselves never read the clock.
+``max + 1`` before the end); sources themselves never read the clock. ``slack=`` and
+``punctuation=`` (every source) make the runtimes re-order the source's rows through
+:class:`epic.timecore.Reorderer` (docs/windows.md, "Slack and punctuation").
 
 * :func:`csv_source`: a CSV file through :mod:`epic.csvio` (strict or lenient with dead letters).
 * :func:`parquet_source`: a Parquet file or directory.
