@@ -135,3 +135,29 @@ def test_punctuation_rows_advance_a_quiet_stream(capsys):
     assert res.collected["out"].column("sum_v").to_pylist() == [11]
     assert res.nodes["s"].late_rows == 1
     assert res.nodes["s"].rows_out == 2                  # punctuation rows are not data
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=rows_st, slack=st.one_of(st.none(), st.integers(0, 12)),
+       batch_rows=st.integers(1, 9), beats=st.lists(st.integers(0, 60), max_size=4))
+def test_run_source_stream_equals_reference(rows, slack, batch_rows, beats):
+    """Through epic.run (any batch size, Watermark items between rows too): the source's stream
+    is the reference's released rows, its late_rows the reference's late count."""
+    items, ref_rows = [], []
+    for i, r in enumerate(rows):
+        if i in beats:                                   # an iterator Watermark = a punctuation
+            items.append(epic.Watermark(r[0]))
+            ref_rows.append((r[0], -1, True))
+        items.append({"ts": r[0], "v": r[1], "p": r[2]})
+        ref_rows.append(r)
+    ref_out, ref_late = reference(ref_rows, slack)
+    t = epic.Topology("slack_prop")
+    s = t.source("s", epic.iterator_source(items, schema=SCHEMA, time="ts", unit="s",
+                                           batch_rows=batch_rows, slack=slack, punctuation="p"))
+    t.sink("out", s, epic.collect_sink())
+    res = epic.run(t)
+    got = res.collected.get("out")
+    got = [] if got is None else list(zip(got.column("ts").to_pylist(),
+                                          got.column("v").to_pylist()))
+    assert got == ref_out
+    assert res.nodes["s"].late_rows == len(ref_late)
