@@ -9,7 +9,10 @@ How it drives a topology:
    pushed on at once. A ``splitstream`` routes batches to its output ports; a ``merge`` tells them
    apart by input index.
 3. After each batch the source emits a watermark (the largest event time seen minus its
-   ``lateness``); when it is exhausted, a final watermark ``max + 1`` and then the end. A node
+   ``lateness``); when it is exhausted, a final watermark ``max + 1`` and then the end. A source
+   with ``slack=`` / ``punctuation=`` goes through :class:`epic.timecore.Reorderer` instead: the
+   rows its watermark passes leave sorted by time, late rows are counted (and written to its
+   ``late_file``), and the held rows leave at the end. A node
    forwards a watermark after handling it (a merge forwards the minimum over its inputs); a node
    ends when all its inputs have ended, after flushing (``on_end``).
 4. Per node, rows in / out and time spent are counted; edges count rows per stream. With
@@ -183,7 +186,6 @@ class _Engine:
 
     # -- sources -------------------------------------------------------------------------------
     def source_batch(self, node: SourceNode, batch: pa.RecordBatch, state: dict):
-        st = self.stats[node.name]
         if self.t.delay_logging or ENTRY_COLUMN in node.output.schema.names:
             now = self.clock()
             batch = batch.append_column(ENTRY_COLUMN,
@@ -194,13 +196,26 @@ class _Engine:
         if times.null_count:
             raise EpicError(f"source {node.name!r}: event-time column {node.source.time!r} has "
                             "nulls; declare it non-nullable or filter such rows")
+        reo = state["reorder"]
+        if reo is not None:
+            released, late = reo.push(batch)
+            if late is not None and state["late"] is not None:
+                state["late"].write(late)
+            self.source_rows(node, released)
+            self.forward_watermark(node, reo.watermark)
+            return
         mx = int(np.max(times.to_numpy(zero_copy_only=False)))
         state["max"] = mx if state["max"] is None else max(state["max"], mx)
-        st.rows_out += batch.num_rows
+        self.source_rows(node, batch)
+        self.forward_watermark(node, source_watermark(None, state["max"], state["lateness"]))
+
+    def source_rows(self, node: SourceNode, batch):
+        if batch is None or not batch.num_rows:
+            return
+        self.stats[node.name].rows_out += batch.num_rows
         self.edges[node.output.name] += batch.num_rows
         for consumer, idx in self.consumers[node.output]:
             self.deliver(consumer, idx, batch)
-        self.forward_watermark(node, source_watermark(None, state["max"], state["lateness"]))
 
     def run(self, progress=None) -> None:
         sources = [n for n in self.order if isinstance(n, SourceNode)]
@@ -208,7 +223,12 @@ class _Engine:
         for n in sources:
             reader = n.source.open()
             active.append((n, reader, iter(reader), {"max": None,
-                                                     "lateness": n.source.lateness_ticks()}))
+                                                     "lateness": n.source.lateness_ticks(),
+                                                     "reorder": n.source.reorderer(),
+                                                     "late": n.source.late_writer()}))
+        self.reorderers = {n.name: st["reorder"] for n, _, _, st in active}
+        self.late_files = {n.name: n.source.late_file for n, _, _, st in active
+                           if st["late"] is not None}
         self.readers = {n.name: r for n, r, _, _ in active}
         while active:
             still = []
@@ -220,12 +240,22 @@ class _Engine:
                     batch = None
                 finally:
                     self.stats[n.name].seconds += _time.perf_counter() - t0
+                reo = state["reorder"]
                 if isinstance(batch, Watermark):
-                    self.forward_watermark(n, int(batch.time))
+                    if reo is not None:
+                        self.source_rows(n, reo.punctuate(int(batch.time)))
+                        self.forward_watermark(n, reo.watermark)
+                    else:
+                        self.forward_watermark(n, int(batch.time))
                     still.append((n, reader, it, state))
                     continue
                 if batch is None:
-                    if state["max"] is not None:
+                    if reo is not None:
+                        self.source_rows(n, reo.end())
+                        self.forward_watermark(n, reo.closing())
+                        if state["late"] is not None:
+                            state["late"].close()
+                    elif state["max"] is not None:
                         self.forward_watermark(n, closing_watermark(None, state["max"]))
                     self.finish(n)
                     continue
@@ -298,6 +328,11 @@ def run(topology: Topology, *, clock: Callable[[], int] = _time.time_ns, progres
         engine.stats[n.name].late_rows = int(late or 0)
         if isinstance(n, SourceNode):
             engine.stats[n.name].extra.update(engine.readers[n.name].stats)
+            reo = engine.reorderers.get(n.name)
+            if reo is not None:
+                engine.stats[n.name].late_rows = reo.late_rows
+                if n.name in engine.late_files:
+                    engine.stats[n.name].extra["late_file"] = engine.late_files[n.name]
     result = RunResult(topology.name, engine.stats, engine.edges, collected, elapsed)
     if summary:
         console.print(_table(engine, elapsed, topology.name, final=True))
@@ -327,8 +362,10 @@ def _notes(result: RunResult) -> list[str]:
     notes = []
     for s in result.nodes.values():
         if s.late_rows:
+            where = (f", written to {escape(str(s.extra['late_file']))}"
+                     if s.extra.get("late_file") else "")
             notes.append(f"[yellow]node {s.name!r}: {s.late_rows} late row(s) (behind the "
-                         "watermark): counted, see the node's late policy[/yellow]")
+                         f"watermark): counted{where}, see the node's late policy[/yellow]")
         bad = s.extra.get("bad_lines")
         if bad:
             notes.append(f"[yellow]source {s.name!r}: {sum(bad.values())} bad line(s) "

@@ -3,7 +3,9 @@
 Sources are frozen configs; :meth:`Source.open` starts a fresh read and returns a
 :class:`SourceReader` (an iterable of ``pyarrow.RecordBatch`` with counters). Runtimes stamp the
 ``_entry`` column and emit watermarks (the largest event time seen, minus ``lateness``, and a final
-``max + 1`` before the end); sources themselves never read the clock.
+``max + 1`` before the end); sources themselves never read the clock. ``slack=`` and
+``punctuation=`` (every source) make the runtimes re-order the source's rows through
+:class:`epic.timecore.Reorderer` (docs/windows.md, "Slack and punctuation").
 
 * :func:`csv_source`: a CSV file through :mod:`epic.csvio` (strict or lenient with dead letters).
 * :func:`parquet_source`: a Parquet file or directory.
@@ -27,6 +29,7 @@ from .timeunits import UNITS, to_ticks
 
 __all__ = [
     "Source",
+    "LateWriter",
     "SourceReader",
     "CsvSource",
     "ParquetSource",
@@ -64,6 +67,9 @@ class Source:
     unit: str
     bounded: bool = True
     lateness: Any = 0
+    slack: Any = None
+    punctuation: str | None = None
+    late_file: str | None = None
 
     def open(self) -> SourceReader:
         """Start reading from the beginning."""
@@ -76,6 +82,23 @@ class Source:
         """How far (in ticks) rows may arrive out of order; the watermark trails by this much."""
         return to_ticks(self.lateness, self.unit, what="lateness")
 
+    def slack_ticks(self) -> int | None:
+        """The slack in ticks; None when the source does not re-order."""
+        return None if self.slack is None else to_ticks(self.slack, self.unit, what="slack")
+
+    def reorderer(self):
+        """A fresh :class:`epic.timecore.Reorderer` for one read, or None (no ``slack=`` and no
+        ``punctuation=``: rows pass through as they come)."""
+        if self.slack is None and self.punctuation is None:
+            return None
+        from .timecore import Reorderer
+
+        return Reorderer(self.time, self.slack_ticks(), self.punctuation)
+
+    def late_writer(self):
+        """A :class:`LateWriter` for ``late_file`` (truncated: one per read), or None."""
+        return None if self.late_file is None else LateWriter(self.late_file)
+
 
 def _check_common(src: Source, what: str):
     from .schemas import as_schema
@@ -86,6 +109,50 @@ def _check_common(src: Source, what: str):
     if not isinstance(src.time, str) or not src.time:
         raise SpecError(f"{what}: time must name the event-time column")
     src.lateness_ticks()
+    slack = src.slack_ticks()
+    if slack is not None and slack < 0:
+        raise SpecError(f"{what}: slack must be >= 0")
+    if slack is not None and src.lateness_ticks():
+        raise SpecError(f"{what}: give slack= (re-order within the bound) or lateness= (pass rows "
+                        "as they come, watermark trails), not both")
+    if src.punctuation is not None:
+        if src.punctuation not in src.schema.names or \
+                not pa.types.is_boolean(src.schema.field(src.punctuation).type):
+            raise SpecError(f"{what}: punctuation={src.punctuation!r} must name a bool column of "
+                            f"the schema {src.schema.names}")
+    if src.late_file is not None:
+        if slack is None and src.punctuation is None:
+            raise SpecError(f"{what}: late_file is only used with slack= or punctuation=")
+        object.__setattr__(src, "late_file", os.fspath(src.late_file))
+
+
+class LateWriter:
+    """Writes a source's late rows (behind its watermark) to a CSV file with a ``_reason`` column.
+
+    The file is truncated when the writer is made (one per read of the source), so a re-read
+    (a Spark planner replaying from the start) writes the same file again."""
+
+    def __init__(self, path: str):
+        self.path = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._f = open(path, "wb")
+        self._w = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.csv as pacsv
+
+        reason = pa.array(["late: event time behind the source watermark"] * batch.num_rows)
+        b = batch.append_column("_reason", reason)
+        if self._w is None:
+            self._w = pacsv.CSVWriter(self._f, b.schema)
+        self._w.write_batch(b)
+        self._f.flush()
+
+    def close(self) -> None:
+        if self._w is not None:
+            self._w.close()
+        if not self._f.closed:
+            self._f.close()
 
 
 @dataclass(frozen=True)
@@ -102,6 +169,9 @@ class CsvSource(Source):
     dead_letter: str | None = None
     batch_rows: int = 1 << 16
     lateness: Any = 0
+    slack: Any = None
+    punctuation: str | None = None
+    late_file: str | None = None
 
     def __post_init__(self):
         _check_common(self, "csv_source")
@@ -143,7 +213,8 @@ class CsvSource(Source):
 
 def csv_source(path: str | os.PathLike, schema, *, time: str, unit: str, header: bool = False,
                delimiter: str = ",", mode: str = "strict", dead_letter: str | None = None,
-               batch_rows: int = 1 << 16, lateness=0) -> CsvSource:
+               batch_rows: int = 1 << 16, lateness=0, slack=None,
+               punctuation: str | None = None, late_file=None) -> CsvSource:
     """A CSV file with an explicit schema, read in batches by :mod:`epic.csvio`.
 
     Args:
@@ -156,7 +227,15 @@ def csv_source(path: str | os.PathLike, schema, *, time: str, unit: str, header:
             ``"lenient"`` writes bad lines to ``dead_letter`` and reports the counts.
         dead_letter: CSV file for bad lines (lenient mode).
         batch_rows: rows per batch.
-        lateness: seconds rows may arrive out of event-time order.
+        lateness: seconds rows may arrive out of event-time order (passed on as they come;
+            the watermark trails the largest time by this much).
+        slack: seconds of disorder the source *re-orders*: rows are held until the watermark
+            ``max - slack`` passes them and leave sorted by time; rows already behind it are
+            late (counted, written to ``late_file`` if given). Not with ``lateness``.
+        punctuation: a bool column; rows with it true are not data but punctuations (CTIs):
+            their time advances the watermark. With punctuation and no slack, only
+            punctuations (and the end) advance time. See docs/windows.md.
+        late_file: CSV file for the late rows of slack/punctuation, with a ``_reason`` column.
 
     Example:
         >>> src = csv_source("game.csv", {"sid": "int64", "ts": "int64", "x": "int64"},
@@ -165,7 +244,8 @@ def csv_source(path: str | os.PathLike, schema, *, time: str, unit: str, header:
         ['sid', 'ts', 'x']
     """
     return CsvSource(os.fspath(path), schema, time, unit, header, delimiter, mode,
-                     None if dead_letter is None else os.fspath(dead_letter), batch_rows, lateness)
+                     None if dead_letter is None else os.fspath(dead_letter), batch_rows, lateness,
+                     slack, punctuation, late_file)
 
 
 @dataclass(frozen=True)
@@ -179,6 +259,9 @@ class ParquetSource(Source):
     columns: tuple[str, ...] | None = None
     batch_rows: int = 1 << 16
     lateness: Any = 0
+    slack: Any = None
+    punctuation: str | None = None
+    late_file: str | None = None
 
     def __post_init__(self):
         if self.schema is None:
@@ -216,7 +299,8 @@ class ParquetSource(Source):
 
 
 def parquet_source(path: str | os.PathLike, *, time: str, unit: str, schema=None,
-                   columns=None, batch_rows: int = 1 << 16, lateness=0) -> ParquetSource:
+                   columns=None, batch_rows: int = 1 << 16, lateness=0, slack=None,
+                   punctuation: str | None = None, late_file=None) -> ParquetSource:
     """A Parquet file (or directory); the schema is read from the file unless given.
 
     Example:
@@ -227,7 +311,8 @@ def parquet_source(path: str | os.PathLike, *, time: str, unit: str, schema=None
         ['ts', 'v']
     """
     return ParquetSource(os.fspath(path), schema, time, unit,
-                         None if columns is None else tuple(columns), batch_rows, lateness)
+                         None if columns is None else tuple(columns), batch_rows, lateness,
+                         slack, punctuation, late_file)
 
 
 @dataclass(frozen=True)
@@ -241,6 +326,9 @@ class TopicSource(Source):
     follow: bool = False
     poll_seconds: float = 0.2
     lateness: Any = 0
+    slack: Any = None
+    punctuation: str | None = None
+    late_file: str | None = None
 
     def __post_init__(self):
         from .topics import Topic
@@ -296,7 +384,8 @@ class TopicSource(Source):
 
 
 def topic_source(path: str | os.PathLike, *, schema=None, time: str | None = None,
-                 unit: str | None = None, follow: bool = False, lateness=0) -> TopicSource:
+                 unit: str | None = None, follow: bool = False, lateness=0, slack=None,
+                 punctuation: str | None = None, late_file=None) -> TopicSource:
     """An Arrow topic; schema, time column and unit come from its manifest unless given.
 
     With ``follow=False`` (default) it reads the segments visible when the read starts (bounded);
@@ -310,7 +399,8 @@ def topic_source(path: str | os.PathLike, *, schema=None, time: str | None = Non
         >>> (topic_source(d).time, topic_source(d).unit)
         ('ts', 'us')
     """
-    return TopicSource(os.fspath(path), schema, time, unit, follow, 0.2, lateness)
+    return TopicSource(os.fspath(path), schema, time, unit, follow, 0.2, lateness, slack,
+                       punctuation, late_file)
 
 
 @dataclass(frozen=True)
@@ -338,6 +428,9 @@ class IteratorSource(Source):
     bounded: bool = True
     batch_rows: int = 4096
     lateness: Any = 0
+    slack: Any = None
+    punctuation: str | None = None
+    late_file: str | None = None
 
     def __post_init__(self):
         _check_common(self, "iterator_source")
@@ -425,7 +518,8 @@ def _to_batches(item, schema: pa.Schema) -> list[pa.RecordBatch]:
 
 
 def iterator_source(items, *, schema, time: str, unit: str, bounded: bool = True,
-                    batch_rows: int = 4096, lateness=0) -> IteratorSource:
+                    batch_rows: int = 4096, lateness=0, slack=None,
+                    punctuation: str | None = None, late_file=None) -> IteratorSource:
     """Python data: a list, or a function returning an iterable (e.g. a generator function).
 
     Items are row dicts (grouped into batches of ``batch_rows``), ``{column: array}`` dicts,
@@ -440,4 +534,5 @@ def iterator_source(items, *, schema, time: str, unit: str, bounded: bool = True
         >>> [b.num_rows for b in src.open()]
         [3]
     """
-    return IteratorSource(items, schema, time, unit, bounded, batch_rows, lateness)
+    return IteratorSource(items, schema, time, unit, bounded, batch_rows, lateness, slack,
+                          punctuation, late_file)

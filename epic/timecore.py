@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EventClock", "source_watermark", "closing_watermark", "stream_before"]
+__all__ = ["EventClock", "Reorderer", "source_watermark", "closing_watermark", "stream_before"]
 
 #: the most negative "no time yet" value that still survives subtracting a lateness
 _FLOOR = np.iinfo(np.int64).min // 2
@@ -155,3 +155,143 @@ def closing_watermark(current: int | None, high: int | None) -> int | None:
     if high is None:
         return current
     return int(high) + 1 if current is None else max(int(current), int(high) + 1)
+
+
+_ALL = object()   # Reorderer._release: every held row (the end)
+
+
+class Reorderer:
+    """A source's slack: hold rows until the watermark passes them, release them in time order.
+
+    The one implementation of a source's ``slack=`` and ``punctuation=`` (docs/windows.md, "Slack
+    and punctuation"), called by ``epic run``'s source path and by the Spark source planner, so
+    both runtimes see the same stream:
+
+    * The watermark is ``W = max(H - slack, P)``: ``H`` the largest event time of the data rows
+      so far, ``P`` the largest punctuation time (a punctuation row says "no row older than this
+      follows"). ``slack=None`` ignores ``H``: only punctuations (and the end) advance time.
+    * A data row is **late** when its time is below the watermark in force just before it
+      (``t < W``); late rows are returned apart (never released) and counted in
+      :attr:`late_rows`. The decision depends only on the rows before it, not on batch cuts.
+    * After each :meth:`push`, held rows with ``t <= W`` are released sorted by event time (ties:
+      arrival order); :meth:`end` releases the rest. So the released stream is in time order.
+
+    Args:
+        time: the event-time column; slack: ticks (``None``: punctuations only).
+        punctuation: a boolean column marking punctuation rows (not data), or None.
+    """
+
+    def __init__(self, time: str, slack: int | None, punctuation: str | None = None):
+        if slack is not None and slack < 0:
+            raise ValueError("slack must be >= 0")
+        self.time = time
+        self.slack = None if slack is None else int(slack)
+        self.punctuation = punctuation
+        self.high: int | None = None
+        self.pushed: int | None = None
+        self.late_rows = 0
+        self._held = None      # pa.Table of held rows, in arrival order
+
+    @property
+    def watermark(self) -> int | None:
+        """``max(H - slack, P)``; None before anything advanced it."""
+        a = None if (self.high is None or self.slack is None) else self.high - self.slack
+        if self.pushed is None:
+            return a
+        return self.pushed if a is None else max(a, self.pushed)
+
+    def push(self, batch):
+        """Take one batch; return ``(released, late)``: the rows now released (time order, or
+        None) and the late data rows (arrival order, or None)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = batch.num_rows
+        if not n:
+            return None, None
+        times = np.asarray(batch.column(self.time).to_numpy(zero_copy_only=False), dtype=np.int64)
+        if self.punctuation is not None:
+            pcol = batch.column(self.punctuation)
+            punct = np.asarray(pc.fill_null(pcol, False).to_numpy(zero_copy_only=False), dtype=bool)
+        else:
+            punct = np.zeros(n, dtype=bool)
+        data = ~punct
+        # per row, the watermark in force just before it
+        hv = np.where(data, times, _FLOOR)
+        pv = np.where(punct, times, _FLOOR)
+        hb = np.empty(n, dtype=np.int64)
+        pb = np.empty(n, dtype=np.int64)
+        hb[0] = _FLOOR if self.high is None else self.high
+        pb[0] = _FLOOR if self.pushed is None else self.pushed
+        if n > 1:
+            np.maximum.accumulate(np.maximum(hv[:-1], hb[0]), out=hb[1:])
+            np.maximum.accumulate(np.maximum(pv[:-1], pb[0]), out=pb[1:])
+        if self.slack is None:
+            wm = pb
+        else:
+            wm = np.maximum(np.where(hb > _FLOOR, hb - self.slack, _FLOOR), pb)
+        late = data & (times < wm)
+        keep = data & ~late
+        if data.any():
+            self.observe_high(int(times[data].max()))
+        if punct.any():
+            t = int(times[punct].max())
+            if self.pushed is None or t > self.pushed:
+                self.pushed = t
+        late_batch = None
+        if late.any():
+            self.late_rows += int(late.sum())
+            late_batch = batch.filter(pa.array(late))
+        if keep.any():
+            kept = batch if keep.all() else batch.filter(pa.array(keep))
+            tab = pa.Table.from_batches([kept])
+            self._held = tab if self._held is None else pa.concat_tables([self._held, tab])
+        return self._release(self.watermark), late_batch
+
+    def punctuate(self, t: int):
+        """A punctuation outside the rows (an iterator source's ``Watermark``): returns the rows
+        it releases (or None)."""
+        if self.pushed is None or int(t) > self.pushed:
+            self.pushed = int(t)
+        return self._release(self.watermark)
+
+    def observe_high(self, t: int) -> None:
+        if self.high is None or t > self.high:
+            self.high = int(t)
+
+    def end(self):
+        """The input ended: every held row, in time order (or None)."""
+        return self._release(_ALL)
+
+    def closing(self) -> int | None:
+        """The watermark at the end: ``max(W, P, H + 1)``."""
+        w = self.watermark
+        if self.high is None:
+            return w
+        return self.high + 1 if w is None else max(w, self.high + 1)
+
+    def _release(self, upto: int | None):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        held = self._held
+        if held is None or held.num_rows == 0 or upto is None:
+            return None
+        if upto is _ALL:
+            out, self._held = held, None
+        else:
+            t = held.column(self.time).to_numpy()
+            m = t <= upto
+            if not m.any():
+                return None
+            if m.all():
+                out, self._held = held, None
+            else:
+                out = held.filter(pa.array(m))
+                self._held = held.filter(pa.array(~m))
+        idx = pc.sort_indices(out, sort_keys=[(self.time, "ascending")])   # a stable sort
+        out = out.take(idx).combine_chunks()
+        bs = out.to_batches()
+        if len(bs) == 1:
+            return bs[0]
+        return pa.concat_batches(bs)

@@ -153,3 +153,28 @@ def offsets_from_progress(progress: dict | None) -> list[TopicOffset]:
     for src in progress.get("sources", []):
         out.extend(_find_offsets(src.get("endOffset")))
     return out
+
+
+def source_late_rows(progress: dict | None) -> dict[str, int]:
+    """Late-row counts of slack/punctuation sources (``late_rows`` in a source query's end
+    offset, :mod:`epic.spark.source_query`), by source node name."""
+    out: dict[str, int] = {}
+
+    def walk(node):
+        if isinstance(node, str):
+            inner = _safe_json(node)
+            if isinstance(inner, (dict, list)):
+                walk(inner)
+        elif isinstance(node, dict):
+            tid = node.get("epic_topic")
+            if isinstance(tid, str) and tid.startswith("source:") and "late_rows" in node:
+                out[tid[len("source:"):]] = int(node["late_rows"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for src in (progress or {}).get("sources", []):
+        walk(src.get("endOffset"))
+    return out

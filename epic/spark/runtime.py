@@ -845,6 +845,11 @@ class _Stats:
             for n in self.d.t.nodes.values():
                 if isinstance(n, WindowNode):
                     late[n.name] = node_late_rows(f"{self.d.workdir}/state/{n.name}")
+            # rows behind a slack/punctuation source's watermark (counted by its planner)
+            from epic.spark.offsets import source_late_rows
+
+            for name in self.d.queries:
+                late.update(source_late_rows(self.last.get(name)))
         return {"topology": self.d.t.name, "state": state, "pid": os.getpid(),
                 "elapsed_s": round(elapsed, 3), "updated": _time.time(), "error": error,
                 "nodes": nodes, "late_rows": late}

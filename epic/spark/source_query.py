@@ -161,8 +161,12 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
     out_schema = schema.append(pa.field(POS, pa.int64())) if position else schema
     declared = apply_schema if apply is not None else out_schema
 
-    def offset(seq, wm, eos, step, mx):
+    reorder = src.reorderer() is not None
+
+    def offset(seq, wm, eos, step, mx, late=None):
         d = {"epic_topic": source_id, "seq": seq}
+        if late is not None:
+            d["late_rows"] = late
         if wm is not None:
             d["watermark"] = wm
         d["eos"] = eos
@@ -180,6 +184,8 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
             self._max = None
             self._done = False
             self._planned: dict[int, tuple] = {}   # item index -> (rows, tagged batch)
+            self._reo = None         # epic.timecore.Reorderer (slack / punctuation), rebuilt
+            self._late = None        # the late_file writer, rewritten from the start
 
         def __getstate__(self):
             # Executors need nothing of the planner's state (open source, planned batches).
@@ -204,6 +210,19 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
                 return
             if self._items is not None:
                 self._items.close()
+            if reorder:
+                # The re-order buffer (rows held within the slack) is rebuilt by replaying the
+                # source from its start through the same Reorderer: the state equals the one
+                # the first planning had, and the late file is rewritten identically.
+                self._items = _Items(src, threaded=prefetch or not bounded)
+                if self._late is not None:
+                    self._late.close()
+                self._reo, self._late = src.reorderer(), src.late_writer()
+                self._next, self._wm, self._max, self._done = 0, None, None, False
+                while self._next < seq and not self._done:
+                    self._pull(True)
+                self._planned = {k: v for k, v in self._planned.items() if k >= seq}
+                return
             self._items = _Items(src, threaded=prefetch or not bounded)
             for _ in range(seq):
                 item = self._items.take(block=True)
@@ -225,11 +244,27 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
             idx = self._next
             if item is StopIteration:
                 self._done = True
+                if reorder:
+                    # the held rows leave as one more planned item, then the end
+                    self._plan_rows(idx, self._reo.end(), self._wm)
+                    if self._planned[idx][1] is not None:
+                        self._next += 1
+                    else:
+                        del self._planned[idx]
+                    self._wm = self._reo.closing()
+                    if self._late is not None:
+                        self._late.close()
+                    return False
                 self._wm = closing_watermark(self._wm, self._max)
                 return False
             self._next += 1
             step = idx * n_sources + source_index
             wm_before = self._wm
+            if reorder and type(item).__name__ == "Watermark" and hasattr(item, "time"):
+                self._plan_rows(idx, self._reo.punctuate(int(item.time)), wm_before)
+                if self._reo.watermark is not None:
+                    self._wm = self._reo.watermark
+                return True
             if type(item).__name__ == "Watermark" and hasattr(item, "time"):
                 t = int(item.time)
                 if self._wm is None or t > self._wm:
@@ -249,12 +284,29 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
             if times.null_count:
                 raise EpicError(f"source {node.name!r}: event-time column {time_col!r} has "
                                 "nulls; declare it non-nullable or filter such rows")
+            if reorder:
+                released, late = self._reo.push(b)
+                if late is not None and self._late is not None:
+                    self._late.write(late)
+                self._max = self._reo.high
+                if self._reo.watermark is not None:
+                    self._wm = self._reo.watermark
+                self._plan_rows(idx, released, wm_before)
+                return True
             mx = int(np.max(times.to_numpy(zero_copy_only=False)))
             self._max = mx if self._max is None else max(self._max, mx)
             self._wm = source_watermark(self._wm, self._max, lateness)
             self._planned[idx] = (b.num_rows, with_tags(b, schema, tag(step, PHASE_ROWS),
                                                         wm_before))
             return True
+
+        def _plan_rows(self, idx: int, b, wm_before):
+            if b is None or not b.num_rows:
+                self._planned[idx] = (0, None)
+                return
+            step = idx * n_sources + source_index
+            self._planned[idx] = (b.num_rows, with_tags(b, schema, tag(step, PHASE_ROWS),
+                                                        wm_before))
 
         def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
             self._seek(start)
@@ -271,7 +323,8 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
                 from epic.spark.crash import crash_point
 
                 crash_point("source-plan", workdir)
-            return offset(self._next, self._wm, self._done, last_step, self._max)
+            return offset(self._next, self._wm, self._done, last_step, self._max,
+                          None if self._reo is None else self._reo.late_rows)
 
         def planned(self, start: dict, end: dict) -> list[pa.RecordBatch]:
             """The tagged batches of the micro-batch from ``start`` to ``end`` (regenerated
