@@ -109,7 +109,7 @@ class VectorQuery(SplitQuery):
                 outs.append(schema)
             elif callable(p):
                 try:
-                    outs.append(_as_batch(p(pa.RecordBatch.from_pylist([], schema=schema))).schema)
+                    outs.append(as_batch(p(pa.RecordBatch.from_pylist([], schema=schema))).schema)
                 except Exception as exc:  # noqa: BLE001
                     raise SpecError(f"projection {i} failed on an empty batch ({exc}); pass "
                                     "schemas=[...] to the splitstream") from exc
@@ -375,7 +375,7 @@ def combine(*, by: Sequence[str] | None = None, **reducers) -> Combine:
     return Combine(tuple(reducers.items()), None if by is None else tuple(by))
 
 
-def _as_batch(x) -> pa.RecordBatch:
+def as_batch(x) -> pa.RecordBatch:
     if isinstance(x, pa.RecordBatch):
         return x
     if isinstance(x, pa.Table):

@@ -262,7 +262,7 @@ def test_p08_epic_run_refuses_state_deploy_cannot_snapshot(tmp_path):
     msg = str(err.value)
     assert msg.startswith("node 'seen': the state of key 0: state holds a set")
     assert "Fix:" in msg
-    # The deploy side goes through the same function (tasks._run_stateful).
+    # The deploy side goes through the same function (tasks.run_stateful).
     from epic.operator import snapshot_state
     from epic.operators import build as build_operator
     op = build_operator(load_topology(topo).nodes["seen"])

@@ -143,3 +143,27 @@ def test_layer_test_catches_violations(tmp_path, monkeypatch):
     up = [(m, d) for m, ds in graph.items() for d in ds
           if layer_of(d, layers) < layer_of(m, layers)]
     assert up == [("epic.errors", "epic.cli")]
+
+
+def test_no_private_names_across_modules():
+    """No module of epic/ imports a private (``_name``) name from another epic module."""
+    mods = modules()
+    bad = []
+    for name, path in mods.items():
+        pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = pkg.split(".")
+                if node.level > 1:
+                    base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("epic"):
+                continue
+            for a in node.names:
+                if a.name.startswith("_") and f"{target}.{a.name}" not in mods:
+                    bad.append(f"{name}: from {target} import {a.name}")
+    assert not bad, "private names imported across modules:\n" + "\n".join(sorted(bad))

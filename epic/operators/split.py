@@ -14,7 +14,7 @@ from .. import serde
 from ..errors import EpicError, NodeFailure, SpecError
 from ..operator import ENTRY_COLUMN
 from ..split import (
-    _as_batch,
+    as_batch,
     Broadcast,
     Combine,
     HashPartition,
@@ -167,7 +167,7 @@ class SplitOperator:
             p = None if q.project is None else q.project[i]
             if p is not None:
                 ent = part.column(ENTRY_COLUMN) if self.entry else None
-                part = _as_batch(p(part)) if callable(p) else part.select(list(p))
+                part = as_batch(p(part)) if callable(p) else part.select(list(p))
                 if ent is not None and ENTRY_COLUMN not in part.schema.names:
                     part = part.append_column(ENTRY_COLUMN, ent)
             result.append([self._conform(i, part)])

@@ -16,7 +16,7 @@ never enter Spark:
   each task a list of segment files: the input topics' segments, or for an epic source the batches
   its planner parsed, spooled to ``<workdir>/spool/<query>/`` (deleted once the batch commits).
 - The task reads those files (memory-mapped Arrow), runs the group's nodes (the same functions as
-  the rows mode: :func:`epic.spark.tasks._run_stateless` / ``_run_stateful``, the same tags,
+  the rows mode: :func:`epic.spark.tasks.run_stateless` / ``run_stateful``, the same tags,
   snapshots and markers), and writes the output itself with the same writers the rows mode uses as
   Spark sinks (:class:`~epic.spark.topic_sink.TopicStreamWriter`, the CSV / Parquet writer of
   :mod:`epic.spark.sink_query`): temp segments or part files. It yields one small row per output:
@@ -276,7 +276,7 @@ def _decode(data: bytes):
 def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
     """A task: read the partition's files, run each branch, write its outputs; yield the commit
     messages as pointer rows."""
-    from epic.spark.tasks import _run_stateful, _run_stateless
+    from epic.spark.tasks import run_stateful, run_stateless
 
     freeze_gc_once()
     shared = len(plan.branches) > 1
@@ -289,7 +289,7 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
         stream = all(o.kind == "file" for o in br.outputs)
         it = iter(rows) if shared else _read_items(plan, part)
         for spec in br.pre:
-            it = _run_stateless(spec, it)
+            it = run_stateless(spec, it)
         if br.st is not None:
             time = _clock_time(br.st.node)
             if br.pre or not shared:
@@ -301,10 +301,10 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
                     keyed = list(_positioned(it, plan.key, plan.partitions, part.key_part,
                                              time, high))
                 it = iter(keyed)
-            it = _run_stateful(br.st, it, stream=stream,
+            it = run_stateful(br.st, it, stream=stream,
                                high=high if plan.key is not None and time else None)
             for spec in br.post:
-                it = _run_stateless(spec, it, stream=stream)
+                it = run_stateless(spec, it, stream=stream)
         if br.split:
             by_port: dict[int, list] = {}
             for pb in it:
@@ -321,7 +321,7 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
 
 # -- planner -------------------------------------------------------------------------------------
 
-class _Input:
+class PlanInput:
     """One input of a group's reader: a topic (planned by a
     :class:`~epic.spark.topic_source.TopicStreamReader`) or an epic source (planned by the
     source query's reader, its batches spooled to files)."""
@@ -332,7 +332,7 @@ class _Input:
 
 
 def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: int):
-    """A ``DataSource`` class (format ``name``) whose stream reader plans ``inputs`` (``_Input``)
+    """A ``DataSource`` class (format ``name``) whose stream reader plans ``inputs`` (``PlanInput``)
     and whose tasks run :func:`run_partition`. Each micro-batch reads at most about
     ``batch_rows`` rows of each input."""
     single = len(inputs) == 1

@@ -568,7 +568,7 @@ class _Deploy:
         """One query running the groups of ``unit`` (one group, or siblings: :func:`plan_units`)
         with direct I/O (:mod:`epic.spark.direct`): its tasks read the input files, run the nodes
         and write the outputs; Spark carries one commit message per task and output."""
-        from epic.spark.direct import GroupPlan, _Input, make_commit_sink, make_group_source
+        from epic.spark.direct import GroupPlan, PlanInput, make_commit_sink, make_group_source
         from epic.spark.source_query import make_source_data_source
         from epic.spark.topic_source import TopicStreamReader
 
@@ -582,7 +582,7 @@ class _Deploy:
                 source_index=self.sources.index(head), n_sources=len(self.sources),
                 batch_rows=self.batch_rows, parallelism=self.partitions, workdir=self.workdir,
                 prefetch=True)
-            inputs = [_Input("source", cls({}).streamReader(None))]
+            inputs = [PlanInput("source", cls({}).streamReader(None))]
             ids = [f"source:{head.name}"]
         else:
             inputs, ids = [], []
@@ -597,7 +597,7 @@ class _Deploy:
                     # Segments every reader has committed past are deleted (the full DEBS game
                     # would otherwise keep ~40 GB of intermediate topics).
                     opts.update(consumer=self.consumer(unit), retention="true")
-                inputs.append(_Input("topic", TopicStreamReader(topic, None, opts)))
+                inputs.append(PlanInput("topic", TopicStreamReader(topic, None, opts)))
                 ids.append(topic.manifest.topic_id)
         branches = [self._branch(g, ckpt, ids, f"{safe}_{i}") for i, g in enumerate(unit)]
         st = next((n for n in unit[0] if self.modes.get(n.name, "stateless") != "stateless"),

@@ -206,11 +206,11 @@ def node_function(spec: TaskSpec):
     """The ``mapInArrow`` function of a node."""
     if spec.mode == "stateless":
         def stateless(iterator):
-            yield from _run_stateless(spec, iterator)
+            yield from run_stateless(spec, iterator)
         return stateless
 
     def stateful(iterator):
-        yield from _run_stateful(spec, iterator)
+        yield from run_stateful(spec, iterator)
     return stateful
 
 
@@ -237,7 +237,7 @@ def _emit(spec: TaskSpec, outs, step_tag: int, wm: int | None) -> Iterator[pa.Re
             yield with_tags(b, spec.out_schema, step_tag, wm)
 
 
-def _run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa.RecordBatch]:
+def run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa.RecordBatch]:
     """``stream``: handle each incoming batch on its own (runs of equal tags within it) instead
     of the whole partition as one table: bounded memory behind a node with many output rows."""
     freeze_gc_once()
@@ -281,7 +281,7 @@ def _markers(spec: TaskSpec, batch_id: int):
     return per_input, (max(steps) if steps else None)
 
 
-def _run_stateful(spec: TaskSpec, iterator, stream: bool = False,
+def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
                   high: dict | None = None) -> Iterator[pa.RecordBatch]:
     """``stream``: yield the output of the micro-batch's rows as it is produced, before the
     snapshot is saved (only for outputs that need no markers from the snapshot: file sinks; a
@@ -443,9 +443,9 @@ def fused_function(specs: list, *, pos_schema: pa.Schema | None = None):
         it = iterator
         for spec in specs:
             if spec.mode == "stateless":
-                it = _run_stateless(spec, it)
+                it = run_stateless(spec, it)
             else:
-                it = _run_stateful(spec, it)
+                it = run_stateful(spec, it)
         if pos_schema is not None:
             it = _append_pos(it, pos_schema)
         yield from it

@@ -35,7 +35,7 @@ from ..timecore import EventClock
 from .spec import (FewCountWindow, PredicateWindow, WindowSpec, check_columns,
                    choose_mode, expire_output_schema, key_tuple, window_output_schema)
 
-__all__ = ["WindowOperator", "Clocked", "NOT_STARTED", "MAX_BATCH_ROWS", "MAX_BATCH_ELEMENTS",
+__all__ = ["WindowOperator", "Clocked", "TwoStacks", "key_arrays", "expire_arrays", "NOT_STARTED", "MAX_BATCH_ROWS", "MAX_BATCH_ELEMENTS",
            "int_column", "value_column", "agg_values", "group_rows", "to_arrow", "table_bytes",
            "table_from_bytes"]
 
@@ -163,7 +163,7 @@ class _Buffer:
         return b
 
 
-class _TwoStacks:
+class TwoStacks:
     """FIFO of partials with O(1) amortised ``merge`` queries (front = oldest)."""
 
     __slots__ = ("agg", "front", "front_aggs", "back", "back_agg")
@@ -318,7 +318,7 @@ class _Key:
     hi: int  # absolute position: elements before it were added
     lo: int  # absolute position: elements before it were removed (remove-mode aggregates)
     states: list  # per aggregate: its state (None for pane-mode aggregates)
-    panes: list  # per aggregate: a _TwoStacks of pane partials (pane mode) or None
+    panes: list  # per aggregate: a TwoStacks of pane partials (pane mode) or None
     seg_starts: deque  # start time of each non-empty segment between boundaries, oldest first
     seg_counts: deque  # elements in each of those segments
     in_window: int  # elements in the window being formed
@@ -439,7 +439,7 @@ class WindowOperator(Clocked):
             origin=origin, done=NOT_STARTED, first=origin, buf=_Buffer(), hi=0, lo=0,
             states=[a.aggregate.init() if m != "pane" else None
                     for a, m in zip(self.aggs, self.modes)],
-            panes=[_TwoStacks(a.aggregate) if m == "pane" else None
+            panes=[TwoStacks(a.aggregate) if m == "pane" else None
                    for a, m in zip(self.aggs, self.modes)],
             seg_starts=deque(), seg_counts=deque(), in_window=0, entry=0, last_time=0, seen=0,
             key_order=len(self._key_state),
@@ -651,19 +651,11 @@ class WindowOperator(Clocked):
 
     def _rows_to_batch(self, rows: list) -> pa.RecordBatch:
         schema = self.output_schema
-        arrays = []
         nkeys = len(self.keys)
-        if nkeys == 1:
-            arrays.append(pa.array([r[1] for r in rows], type=schema.field(0).type))
-        elif nkeys > 1:
-            for j in range(nkeys):
-                arrays.append(pa.array([r[1][j] for r in rows], type=schema.field(j).type))
+        arrays = key_arrays([r[1] for r in rows], schema, nkeys) if nkeys else []
         if self.expire is not None:
-            arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
-            extra = schema.names[nkeys + 1: len(schema) - (1 if self.has_entry else 0)]
-            for j, name in enumerate(extra):
-                arrays.append(to_arrow([r[5].get(name) for r in rows],
-                                       schema.field(nkeys + 1 + j).type, name))
+            arrays += expire_arrays([r[2] for r in rows], [r[5] for r in rows], schema, nkeys,
+                                    self.has_entry)
             if self.has_entry:
                 arrays.append(pa.array([r[7] for r in rows], type=pa.int64()))
             return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -709,7 +701,7 @@ class WindowOperator(Clocked):
             self._key_state[key_value] = _Key(
                 origin=k["origin"], done=k["done"], buf=_Buffer.from_state(k["buffer"]),
                 hi=k["hi"], lo=k["lo"], states=k["states"],
-                panes=[_TwoStacks.from_state(a.aggregate, p) if p is not None else None
+                panes=[TwoStacks.from_state(a.aggregate, p) if p is not None else None
                        for a, p in zip(self.aggs, k["panes"])],
                 seg_starts=deque(k["seg_starts"]), seg_counts=deque(k["seg_counts"]),
                 in_window=k["in_window"], entry=k["entry"], last_time=k["last_time"],
@@ -842,3 +834,22 @@ def to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
         raise SpecError(f"aggregate {name!r}: result values do not fit its declared result type "
                         f"{typ} ({exc}); set result_type on the aggregate") from exc
+
+
+def key_arrays(values: list, schema: pa.Schema, nkeys: int) -> list:
+    """The key columns of output rows, from each row's key value (a tuple for several keys)."""
+    if nkeys == 1:
+        return [pa.array(values, type=schema.field(0).type)]
+    return [pa.array([v[j] for v in values], type=schema.field(j).type) for j in range(nkeys)]
+
+
+def expire_arrays(times: list, payloads: list, schema: pa.Schema, nkeys: int,
+                  has_entry: bool) -> list:
+    """``expire_time`` and the ``expire_schema`` columns of expired-element rows (after the
+    key columns; ``payloads``: one dict per row)."""
+    arrays = [pa.array(times, type=pa.int64())]
+    extra = schema.names[nkeys + 1: len(schema) - (1 if has_entry else 0)]
+    for j, name in enumerate(extra):
+        arrays.append(to_arrow([p.get(name) for p in payloads], schema.field(nkeys + 1 + j).type,
+                               name))
+    return arrays

@@ -32,7 +32,7 @@ from ..aggregates import AggSpec
 from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
-from .engine import (Clocked, _TwoStacks, agg_values, group_rows, int_column, table_bytes,
+from .engine import (Clocked, TwoStacks, expire_arrays, key_arrays, agg_values, group_rows, int_column, table_bytes,
                      table_from_bytes, to_arrow, value_column)
 from .spec import (CountByStartWindow, SnapshotWindow, check_columns, check_lifetime,
                    expire_output_schema, key_tuple, window_output_schema)
@@ -130,18 +130,10 @@ class _Lifetime(Clocked):
     def _to_batch(self, rows: list) -> pa.RecordBatch:
         schema = self.output_schema
         nkeys = len(self.keys)
-        arrays = []
-        if nkeys == 1:
-            arrays.append(pa.array([r[3] for r in rows], type=schema.field(0).type))
-        elif nkeys > 1:
-            for j in range(nkeys):
-                arrays.append(pa.array([r[3][j] for r in rows], type=schema.field(j).type))
+        arrays = key_arrays([r[3] for r in rows], schema, nkeys) if nkeys else []
         if self.expire is not None:
-            arrays.append(pa.array([r[0] for r in rows], type=pa.int64()))
-            extra = schema.names[nkeys + 1: len(schema) - (1 if self.has_entry else 0)]
-            for j, name in enumerate(extra):
-                arrays.append(to_arrow([r[4].get(name) for r in rows],
-                                       schema.field(nkeys + 1 + j).type, name))
+            arrays += expire_arrays([r[0] for r in rows], [r[4] for r in rows], schema, nkeys,
+                                    self.has_entry)
         else:
             arrays.append(pa.array([r[4] for r in rows], type=pa.int64()))
             arrays.append(pa.array([r[0] for r in rows], type=pa.int64()))
@@ -331,7 +323,7 @@ class CountByStartOperator(_Lifetime):
     def _new(self) -> list:
         return [deque(), [a.aggregate.init() if m == "remove" else None
                           for a, m in zip(self.aggs, self.modes)],
-                [_TwoStacks(a.aggregate) if m == "pane" else None
+                [TwoStacks(a.aggregate) if m == "pane" else None
                  for a, m in zip(self.aggs, self.modes)], False, 0]
 
     def _step(self, rows: pa.Table | None, wm: int | None, final: bool, out: list) -> None:
@@ -412,5 +404,5 @@ class CountByStartOperator(_Lifetime):
         for k in st["keys"]:
             self._keys[self._unpack_key(k["key"])] = [
                 deque((int(d), t, list(c)) for d, t, c in k["groups"]), k["states"],
-                [_TwoStacks.from_state(a.aggregate, p) if p is not None else None
+                [TwoStacks.from_state(a.aggregate, p) if p is not None else None
                  for a, p in zip(self.aggs, k["panes"])], k["emitted"], k["entry"]]

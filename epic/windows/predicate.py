@@ -13,7 +13,7 @@ from ..aggregates import AggSpec
 from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
-from .engine import Clocked, table_bytes, table_from_bytes, to_arrow
+from .engine import Clocked, key_arrays, table_bytes, table_from_bytes, to_arrow
 from .spec import PredicateWindow, check_columns, key_tuple, window_output_schema
 
 __all__ = ["PredicateWindowOperator"]
@@ -186,12 +186,7 @@ class PredicateWindowOperator(Clocked):
     def _to_batch(self, rows: list) -> pa.RecordBatch:
         schema = self.output_schema
         nkeys = len(self.keys)
-        arrays = []
-        if nkeys == 1:
-            arrays.append(pa.array([r[0] for r in rows], type=schema.field(0).type))
-        elif nkeys > 1:
-            for j in range(nkeys):
-                arrays.append(pa.array([r[0][j] for r in rows], type=schema.field(j).type))
+        arrays = key_arrays([r[0] for r in rows], schema, nkeys) if nkeys else []
         arrays.append(pa.array([r[1] for r in rows], type=pa.int64()))
         arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
         arrays.append(pa.array([r[3] for r in rows], type=pa.bool_()))
