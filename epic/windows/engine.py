@@ -35,7 +35,7 @@ from ..timecore import EventClock
 from .spec import (FewCountWindow, PredicateWindow, WindowSpec, check_columns,
                    choose_mode, expire_output_schema, key_tuple, window_output_schema)
 
-__all__ = ["WindowOperator", "Clocked", "TwoStacks", "key_arrays", "expire_arrays", "NOT_STARTED", "MAX_BATCH_ROWS", "MAX_BATCH_ELEMENTS",
+__all__ = ["WindowOperator", "Clocked", "TwoStacks", "key_arrays", "expire_arrays", "result_arrays", "NOT_STARTED", "MAX_BATCH_ROWS", "MAX_BATCH_ELEMENTS",
            "int_column", "value_column", "agg_values", "group_rows", "to_arrow", "table_bytes",
            "table_from_bytes"]
 
@@ -666,10 +666,8 @@ class WindowOperator(Clocked):
         if self.count_mode:
             arrays.append(pa.array([r[6] for r in rows], type=pa.int64()))
             base += 1
-        for i, a in enumerate(self.aggs):
-            arrays.append(to_arrow([r[5][i] for r in rows], schema.field(base + i).type, a.name))
-        if self.has_entry:
-            arrays.append(pa.array([r[7] for r in rows], type=pa.int64()))
+        arrays += result_arrays(self.aggs, [r[5] for r in rows], schema, base,
+                                [r[7] for r in rows] if self.has_entry else None)
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     # -- snapshot --------------------------------------------------------------------------
@@ -852,4 +850,15 @@ def expire_arrays(times: list, payloads: list, schema: pa.Schema, nkeys: int,
     for j, name in enumerate(extra):
         arrays.append(to_arrow([p.get(name) for p in payloads], schema.field(nkeys + 1 + j).type,
                                name))
+    return arrays
+
+
+def result_arrays(aggs: list, results: list, schema: pa.Schema, base: int,
+                  entries: list | None) -> list:
+    """The aggregate columns of output rows (``results``: one list per row, from schema field
+    ``base`` on) and, when ``entries`` is given, the ``_entry`` delay column after them."""
+    arrays = [to_arrow([r[i] for r in results], schema.field(base + i).type, a.name)
+              for i, a in enumerate(aggs)]
+    if entries is not None:
+        arrays.append(pa.array(entries, type=pa.int64()))
     return arrays

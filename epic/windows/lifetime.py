@@ -32,8 +32,8 @@ from ..aggregates import AggSpec
 from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
-from .engine import (Clocked, TwoStacks, expire_arrays, key_arrays, agg_values, group_rows, int_column, table_bytes,
-                     table_from_bytes, to_arrow, value_column)
+from .engine import (Clocked, TwoStacks, agg_values, expire_arrays, group_rows, int_column,
+                     key_arrays, result_arrays, table_bytes, table_from_bytes, value_column)
 from .spec import (CountByStartWindow, SnapshotWindow, check_columns, check_lifetime,
                    expire_output_schema, key_tuple, window_output_schema)
 
@@ -139,9 +139,7 @@ class _Lifetime(Clocked):
             arrays.append(pa.array([r[0] for r in rows], type=pa.int64()))
             arrays.append(pa.array([r[5] for r in rows], type=pa.bool_()))
             base = nkeys + 3
-            for i, a in enumerate(self.aggs):
-                arrays.append(to_arrow([r[6][i] for r in rows], schema.field(base + i).type,
-                                       a.name))
+            arrays += result_arrays(self.aggs, [r[6] for r in rows], schema, base, None)
         if self.has_entry:
             arrays.append(pa.array([r[-1] for r in rows], type=pa.int64()))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)

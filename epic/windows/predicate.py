@@ -13,7 +13,7 @@ from ..aggregates import AggSpec
 from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
-from .engine import Clocked, key_arrays, table_bytes, table_from_bytes, to_arrow
+from .engine import Clocked, key_arrays, result_arrays, table_bytes, table_from_bytes
 from .spec import PredicateWindow, check_columns, key_tuple, window_output_schema
 
 __all__ = ["PredicateWindowOperator"]
@@ -192,10 +192,8 @@ class PredicateWindowOperator(Clocked):
         arrays.append(pa.array([r[3] for r in rows], type=pa.bool_()))
         arrays.append(pa.array([r[2] for r in rows], type=pa.int64()))
         base = nkeys + 4
-        for i, a in enumerate(self.aggs):
-            arrays.append(to_arrow([r[4][i] for r in rows], schema.field(base + i).type, a.name))
-        if self.has_entry:
-            arrays.append(pa.array([r[5] for r in rows], type=pa.int64()))
+        arrays += result_arrays(self.aggs, [r[4] for r in rows], schema, base,
+                                [r[5] for r in rows] if self.has_entry else None)
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def snapshot(self) -> bytes:
