@@ -40,10 +40,6 @@ def register(app: typer.Typer) -> None:
                ui: bool = typer.Option(False, "--ui", help="Start the Spark UI."),
                fuse: bool = typer.Option(False, "--fuse",
                                          help="Run chains of nodes in one query each (docs/deploy.md)."),
-               io: str = typer.Option("direct", "--io",
-                                      help="direct: tasks read and write the topic files, Spark "
-                                           "carries commit messages; rows: every row goes "
-                                           "through Spark (docs/deploy.md)."),
                progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                        help="Live per-node table (default: on "
                                                             "a terminal)."),
@@ -51,8 +47,9 @@ def register(app: typer.Typer) -> None:
                                               help="Rows per micro-batch from a source or "
                                                    "topic."),
                keep_topics: bool = typer.Option(False, "--keep-topics",
-                                                help="Keep consumed topic segments (direct io "
-                                                     "deletes them once every reader passed)."),
+                                                help="Keep consumed topic segments (by default "
+                                                     "they are deleted once every reader "
+                                                     "passed)."),
                trigger: float = typer.Option(0.1, "--trigger",
                                              help="Seconds between micro-batch triggers of each "
                                                   "query."),
@@ -86,7 +83,7 @@ def register(app: typer.Typer) -> None:
                     raise EpicError(f"--conf {item!r}: expected key=value, e.g. "
                                     "--conf spark.executor.memory=4g")
                 settings[key.strip()] = value
-            result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse, io=io,
+            result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse,
                                 conf=settings,
                                 retention=not keep_topics, progress=show,
                                 console=err, batch_rows=batch_rows, partitions=partitions,

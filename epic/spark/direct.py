@@ -42,15 +42,13 @@ from typing import Iterator
 import msgpack
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader,
-                                    InputPartition, WriterCommitMessage)
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 
 from epic.atomic import atomic_json, atomic_path
 from epic.spark.executor import freeze_gc_once
 from epic.spark.tags import HWM, IN, POS
 
-__all__ = ["Output", "Branch", "GroupPlan", "make_group_source", "make_commit_sink", "PTR_SCHEMA"]
+__all__ = ["Output", "Branch", "GroupPlan", "GroupPlanner", "Committer", "PlanInput", "PTR_SCHEMA"]
 
 PTR = "ptr"
 #: The only rows Spark sees: one msgpack-encoded commit message per task and output.
@@ -331,129 +329,119 @@ class PlanInput:
         self.planner = planner
 
 
-def make_group_source(plan: GroupPlan, inputs: list, *, name: str, batch_rows: int):
-    """A ``DataSource`` class (format ``name``) whose stream reader plans ``inputs`` (``PlanInput``)
-    and whose tasks run :func:`run_partition`. Each micro-batch reads at most about
-    ``batch_rows`` rows of each input."""
-    single = len(inputs) == 1
+class GroupPlanner:
+    """The planner of a direct query (epic's, driven through the thin Spark adapter
+    :class:`epic.spark.datasources.PlannerReader`): plans micro-batches over ``inputs``
+    (``PlanInput``), at most about ``batch_rows`` rows of each input per micro-batch, and runs
+    :func:`run_partition` in the tasks.
 
-    class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-        def __init__(self):
-            self.inputs = inputs
-            self.plan = plan
+    Offsets are the inputs' own (one input: its offset; several:
+    ``{"epic_group": name, "inputs": [offset, ...]}``). Pickled to the tasks, it carries only the
+    plan; the inputs' planners (open sources, caches) stay in Spark's planner process.
+    """
 
-        def __getstate__(self):
-            # Tasks need the plan only; the planners (open sources, caches) stay in the planner.
-            return {"plan": self.plan}
+    def __init__(self, plan: GroupPlan, inputs: list, batch_rows: int):
+        self.plan = plan
+        self.inputs = inputs
+        self.batch_rows = batch_rows
 
-        def __setstate__(self, state):
-            self.plan = state["plan"]
-            self.inputs = None
+    def __getstate__(self):
+        return {"plan": self.plan, "batch_rows": self.batch_rows}
 
-        def _combine(self, offs: list) -> dict:
-            return offs[0] if single else {"epic_group": plan.name, "inputs": offs}
+    def __setstate__(self, state):
+        self.plan = state["plan"]
+        self.batch_rows = state["batch_rows"]
+        self.inputs = None
 
-        def _split(self, off: dict) -> list:
-            return [off] if single else list(off["inputs"])
+    def _combine(self, offs: list) -> dict:
+        return offs[0] if len(self.inputs) == 1 else {"epic_group": self.plan.name, "inputs": offs}
 
-        def initialOffset(self):
-            return self._combine([x.planner.initialOffset() for x in self.inputs])
+    def _split(self, off: dict) -> list:
+        return [off] if len(self.inputs) == 1 else list(off["inputs"])
 
-        def getDefaultReadLimit(self) -> ReadLimit:
-            return ReadMaxRows(batch_rows)
+    def initial_offset(self) -> dict:
+        return self._combine([x.planner.initialOffset() for x in self.inputs])
 
-        def prepareForTriggerAvailableNow(self) -> None:
-            for x in self.inputs:
-                x.planner.prepareForTriggerAvailableNow()
+    def prepare_available_now(self) -> None:
+        for x in self.inputs:
+            x.planner.prepareForTriggerAvailableNow()
 
-        def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-            # Spark asks for the next batch once the batch ending at ``start`` is in its commit
-            # log. ``commit(end)`` comes only with the batch after it, so the last batch of a
-            # finished source would keep its spool files and go uncounted without this.
-            for x, s_ in zip(self.inputs, self._split(start)):
-                if x.kind == "source":
-                    _unspool(plan.spool, int(s_["seq"]))
-            return self._combine([x.planner.latestOffset(s, limit)
-                                  for x, s in zip(self.inputs, self._split(start))])
+    def latest_offset(self, start: dict, limit) -> dict:
+        """The end of the next micro-batch from ``start`` (``limit``: Spark's read limit)."""
+        # Spark asks for the next batch once the batch ending at ``start`` is in its commit
+        # log. ``commit(end)`` comes only with the batch after it, so the last batch of a
+        # finished source would keep its spool files and go uncounted without this.
+        for x, s_ in zip(self.inputs, self._split(start)):
+            if x.kind == "source":
+                _unspool(self.plan.spool, int(s_["seq"]))
+        return self._combine([x.planner.latestOffset(s, limit)
+                              for x, s in zip(self.inputs, self._split(start))])
 
-        def partitions(self, start: dict, end: dict):
-            items, rows, spooled_rows = [], [], {}
-            for i, (x, a, b) in enumerate(zip(self.inputs, self._split(start), self._split(end))):
-                if x.kind == "topic":
-                    for p in x.planner.partitions(a, b):
-                        items.append((i, p.path, "topic"))
-                        rows.append(p.rows)
-                else:
-                    for j, chunk in enumerate(_chunks(x.planner.planned(a, b), plan.partitions)):
-                        path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, chunk)
-                        items.append((i, path, "spool"))
-                        rows.append(sum(c.num_rows for c in chunk))
-                        spooled_rows[path] = rows[-1]
-            items = tuple(items)
-            self._count(end, sum(rows))
-            if plan.stateful and plan.key is not None:
-                return [GroupPartition(p, items, p) for p in range(max(1, plan.partitions))]
-            if plan.stateful or len(items) <= 1:
-                return [GroupPartition(0, items, None)]
-            # Stateless: contiguous runs of files, balanced by rows (file order is stream order
-            # and the topic sink commits the parts in partition order).
-            n = min(max(1, plan.partitions), len(items))
-            per = max(1, -(-sum(rows) // n))
-            out, cur, acc = [], [], 0
-            for it, r in zip(items, rows):
-                cur.append(it)
-                acc += r
-                if acc >= per and len(out) < n - 1:
-                    out.append(GroupPartition(len(out), tuple(cur), None))
-                    cur, acc = [], 0
-            if cur:
+    def partitions(self, start: dict, end: dict) -> list:
+        """The tasks of the micro-batch from ``start`` to ``end``: :class:`GroupPartition`."""
+        plan = self.plan
+        items, rows = [], []
+        for i, (x, a, b) in enumerate(zip(self.inputs, self._split(start), self._split(end))):
+            if x.kind == "topic":
+                for p in x.planner.partitions(a, b):
+                    items.append((i, p.path, "topic"))
+                    rows.append(p.rows)
+            else:
+                for j, chunk in enumerate(_chunks(x.planner.planned(a, b), plan.partitions)):
+                    path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, chunk)
+                    items.append((i, path, "spool"))
+                    rows.append(sum(c.num_rows for c in chunk))
+        items = tuple(items)
+        self._count(end, sum(rows))
+        if plan.stateful and plan.key is not None:
+            return [GroupPartition(p, items, p) for p in range(max(1, plan.partitions))]
+        if plan.stateful or len(items) <= 1:
+            return [GroupPartition(0, items, None)]
+        # Stateless: contiguous runs of files, balanced by rows (file order is stream order
+        # and the topic sink commits the parts in partition order).
+        n = min(max(1, plan.partitions), len(items))
+        per = max(1, -(-sum(rows) // n))
+        out, cur, acc = [], [], 0
+        for it, r in zip(items, rows):
+            cur.append(it)
+            acc += r
+            if acc >= per and len(out) < n - 1:
                 out.append(GroupPartition(len(out), tuple(cur), None))
-            return out
+                cur, acc = [], 0
+        if cur:
+            out.append(GroupPartition(len(out), tuple(cur), None))
+        return out
 
-        def commit(self, end: dict) -> None:
-            for x, e in zip(self.inputs, self._split(end)):
-                x.planner.commit(e)
-                if x.kind == "source":
-                    _unspool(plan.spool, int(e["seq"]))
+    def commit(self, end: dict) -> None:
+        for x, e in zip(self.inputs, self._split(end)):
+            x.planner.commit(e)
+            if x.kind == "source":
+                _unspool(self.plan.spool, int(e["seq"]))
 
-        def _count(self, end: dict, n: int) -> None:
-            """Add a planned batch's input rows to ``<workdir>/stats/<query>.json`` (Spark's own
-            row counts see only the commit-message rows): once per batch, a replay of the last
-            planned batch (the only one Spark replays) is not counted again."""
-            key = json.dumps(end, sort_keys=True)
-            if not plan.workdir:
-                return
-            path = os.path.join(plan.workdir, "stats", plan.name.replace("/", "_") + ".json")
-            try:
-                with open(path) as f:
-                    doc = json.load(f)
-            except (FileNotFoundError, ValueError):
-                doc = {"rows_in": 0, "batches": 0, "end": None}
-            if doc.get("end") == key:
-                return
-            doc = {"rows_in": int(doc["rows_in"]) + int(n), "batches": int(doc["batches"]) + 1,
-                   "end": key}
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            atomic_json(path, doc, indent=None)
+    def _count(self, end: dict, n: int) -> None:
+        """Add a planned batch's input rows to ``<workdir>/stats/<query>.json`` (Spark's own
+        row counts see only the commit-message rows): once per batch, a replay of the last
+        planned batch (the only one Spark replays) is not counted again."""
+        plan = self.plan
+        key = json.dumps(end, sort_keys=True)
+        if not plan.workdir:
+            return
+        path = os.path.join(plan.workdir, "stats", plan.name.replace("/", "_") + ".json")
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (FileNotFoundError, ValueError):
+            doc = {"rows_in": 0, "batches": 0, "end": None}
+        if doc.get("end") == key:
+            return
+        doc = {"rows_in": int(doc["rows_in"]) + int(n), "batches": int(doc["batches"]) + 1,
+               "end": key}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_json(path, doc, indent=None)
 
-        def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
-            yield from run_partition(self.plan, partition)
-
-    class _Source(DataSource):
-        @classmethod
-        def name(cls):
-            return name
-
-        def schema(self):
-            from pyspark.sql.pandas.types import from_arrow_schema
-
-            return from_arrow_schema(PTR_SCHEMA)
-
-        def streamReader(self, schema):
-            return _Reader()
-
-    _Source.__name__ = f"EpicGroup_{plan.name.replace('+', '__').replace('-', '_')}"
-    return _Source
+    def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
+        """A task (executor side)."""
+        yield from run_partition(self.plan, partition)
 
 
 def _chunks(batches: list, n: int) -> list[list]:
@@ -509,45 +497,42 @@ def _unspool(root: str, end: int) -> None:
 # -- committer -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class _Pointers(WriterCommitMessage):
+class Pointers(WriterCommitMessage):
+    """What a task of a direct query returns to the driver: the encoded commit messages of the
+    outputs it wrote (:func:`run_partition`)."""
+
     data: tuple
 
 
-def make_commit_sink(outputs: list, *, name: str):
-    """A ``DataSource`` class (format ``name``) whose writer commits the outputs' messages that
-    the group's tasks wrote (:func:`run_partition`), output by output, with the outputs' writers."""
+class Committer:
+    """The committer of a direct query (epic's, driven through the thin Spark adapter
+    :class:`epic.spark.datasources.CommitWriter`): a task collects the commit messages its
+    group task wrote; the driver's ``commit`` hands them, output by output, to the outputs'
+    writers (idempotent per producer and batch id)."""
 
-    class _Writer(DataSourceStreamArrowWriter):
-        def write(self, iterator) -> _Pointers:
-            got = []
-            for b in iterator:
-                got.extend(b.column(0).to_pylist())
-            return _Pointers(tuple(got))
+    def __init__(self, outputs: list):
+        self.outputs = outputs
 
-        def _by_output(self, messages) -> list[list]:
-            per = [[] for _ in outputs]
-            for m in messages or ():
-                if m is None:
-                    continue
-                for data in m.data:
-                    i, msg = _decode(data)
-                    per[i].append(msg)
-            return per
+    def collect(self, iterator) -> Pointers:
+        got = []
+        for b in iterator:
+            got.extend(b.column(0).to_pylist())
+        return Pointers(tuple(got))
 
-        def commit(self, messages, batchId: int) -> None:
-            for o, ms in zip(outputs, self._by_output(messages)):
-                o.writer.commit(ms, batchId)
+    def _by_output(self, messages) -> list[list]:
+        per = [[] for _ in self.outputs]
+        for m in messages or ():
+            if m is None:
+                continue
+            for data in m.data:
+                i, msg = _decode(data)
+                per[i].append(msg)
+        return per
 
-        def abort(self, messages, batchId: int) -> None:
-            for o, ms in zip(outputs, self._by_output(messages)):
-                o.writer.abort(ms, batchId)
+    def commit(self, messages, batch_id: int) -> None:
+        for o, ms in zip(self.outputs, self._by_output(messages)):
+            o.writer.commit(ms, batch_id)
 
-    class _Sink(DataSource):
-        @classmethod
-        def name(cls):
-            return name
-
-        def streamWriter(self, schema, overwrite):
-            return _Writer()
-
-    return _Sink
+    def abort(self, messages, batch_id: int) -> None:
+        for o, ms in zip(self.outputs, self._by_output(messages)):
+            o.writer.abort(ms, batch_id)

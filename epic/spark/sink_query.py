@@ -1,4 +1,7 @@
-"""Sink nodes as Spark streaming queries: CSV and Parquet files, exactly once.
+"""The CSV and Parquet writer of a sink node in ``epic deploy``: exactly once.
+
+A direct query's tasks call the writer's ``write`` (:mod:`epic.spark.direct`); its
+:class:`~epic.spark.direct.Committer` calls ``commit`` / ``abort`` on the driver.
 
 **CSV** (one file, as ``epic run`` writes it). Each task of micro-batch ``B`` formats its rows with
 :class:`epic.csvio.CsvWriter` into a temp part file and returns its path. The driver's
@@ -27,24 +30,23 @@ import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from epic.atomic import atomic_json, atomic_path
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
 
-__all__ = ["make_file_sink_data_source", "read_sidecar", "deploy_id"]
+__all__ = ["file_sink_writer", "part_message", "read_sidecar", "deploy_id"]
 
 
 @dataclass(frozen=True)
-class _Part(WriterCommitMessage):
+class _Part:
     path: str | None
     part: int
     rows: int
 
 
-def part_message(path: str | None, part: int, rows: int) -> WriterCommitMessage:
-    """The commit message of a CSV / Parquet write task (rebuilt by ``--io direct``'s committer
+def part_message(path: str | None, part: int, rows: int) -> _Part:
+    """The commit message of a CSV / Parquet write task (rebuilt by the direct query's committer
     from its msgpack form)."""
     return _Part(path, part, rows)
 
@@ -107,13 +109,13 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str):
-    """A ``DataSource`` class (registered as ``name``) writing sink node ``node``'s CSV/Parquet file.
+def file_sink_writer(node, *, checkpoint: str, workdir: str):
+    """The writer of sink node ``node``'s CSV / Parquet file: ``write(batches)`` in a task returns
+    a commit message; ``commit(messages, batch_id)`` / ``abort`` on the driver.
 
     Args:
         node: the :class:`~epic.topology.SinkNode` (a CSV or Parquet sink).
-        name: format name.
-        checkpoint: the sink query's checkpoint location (for the end-of-stream marker).
+        checkpoint: the writing query's checkpoint location (for the end-of-stream marker).
         workdir: the deploy's work directory (crash-point counters).
     """
     from epic.sinks import CsvSink, ParquetSink
@@ -152,7 +154,7 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
                 yield from got
                 got.clear()
 
-    class _Writer(DataSourceStreamArrowWriter):
+    class FileSinkWriter:
         def write(self, iterator):
             freeze_gc_once()
             from pyspark import TaskContext
@@ -297,15 +299,7 @@ def make_file_sink_data_source(node, *, name: str, checkpoint: str, workdir: str
                     if m is not None and m.path:
                         _remove(m.path)
 
-    class _Sink(DataSource):
-        @classmethod
-        def name(cls):
-            return name
-
-        def streamWriter(self, schema, overwrite):
-            return _Writer()
-
-    return _Sink
+    return FileSinkWriter()
 
 
 def _append_file(f, src_path: str) -> None:

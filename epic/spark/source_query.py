@@ -1,12 +1,13 @@
-"""A source node as a Spark streaming query: a Python data source wrapping any epic source.
+"""A source node's planner: pulls an epic source's items in order for the query that reads it.
 
-The reader's *planner* (Spark runs the driver-side methods in one long-lived Python process per
+The planner (:class:`SourcePlanner`; Spark runs planning in one long-lived Python process per
 query) opens the epic source and pulls its items in order, as the in-process runner does; it
-stamps ``_entry`` (delay logging) and the bookkeeping columns of :mod:`epic.spark.tags`, and hands
-the batches to executor tasks inside the input partitions (Arrow IPC bytes). An **offset** is the
-number of source items consumed, plus the watermark, end-of-stream flag, step and largest event
-time at that point (a :class:`~epic.spark.topic_source.TopicOffset`-shaped dict, so the topic sink
-and downstream nodes read the markers from the offset log like any topic's).
+stamps ``_entry`` (delay logging) and the bookkeeping columns of :mod:`epic.spark.tags`. The
+query's :class:`~epic.spark.direct.GroupPlanner` spools each micro-batch's planned batches to files
+its tasks read. An **offset** is the number of source items consumed, plus the watermark,
+end-of-stream flag, step and largest event time at that point (a
+:class:`~epic.spark.offsets.TopicOffset`-shaped dict, so downstream nodes read the markers from the
+offset log like any topic's).
 
 Replay: after a restart Spark asks for the partitions of the last planned batch again; the planner
 re-opens the source and skips the items before it (sources are deterministic: files, or a generator
@@ -23,19 +24,16 @@ from __future__ import annotations
 import threading
 import time as _time
 from collections import deque
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from epic.errors import EpicError
 from epic.operator import ENTRY_COLUMN
-from epic.spark.executor import freeze_gc_once
-from epic.spark.tags import PHASE_ROWS, tag, with_tags
+from epic.spark.tags import PHASE_ROWS, tag, topic_schema, with_tags
+from epic.timecore import closing_watermark, source_watermark
 
-__all__ = ["make_source_data_source"]
+__all__ = ["SourcePlanner", "key_partition"]
 
 
 class _Items:
@@ -113,58 +111,62 @@ class _Items:
         return item
 
 
-class _SourcePartition(InputPartition):
-    """Rows of a range of source items, as Arrow IPC bytes (shipped to a task, never stored)."""
+class SourcePlanner:
+    """Plans the micro-batches of a source node's epic source (in Spark's planner process of the
+    query that reads it: :class:`epic.spark.direct.GroupPlanner` spools the planned batches to
+    files its tasks read).
 
-    def __init__(self, index: int, payload: bytes):
-        super().__init__(index)
-        self.part = index
-        self.payload = payload
-
-
-def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index: int,
-                            n_sources: int, batch_rows: int, parallelism: int,
-                            workdir: str = "", position: bool = False,
-                            key: tuple | None = None, apply=None,
-                            apply_schema: pa.Schema | None = None, prefetch: bool = False):
-    """A ``DataSource`` class (registered under ``name``) reading ``node``'s source.
+    Offsets: ``{"epic_topic": "source:<node>", "seq": items consumed, "watermark", "eos",
+    "step", "max", ["late_rows"]}``. Pickled (into a query's data source), it carries its
+    configuration only; the open source and the planned batches are rebuilt where it runs.
 
     Args:
         node: the :class:`~epic.topology.SourceNode`.
-        name: the data source's format name (unique per node).
-        schema: the topic schema (stream columns + bookkeeping columns).
         source_index, n_sources: position of the node among the topology's sources (steps).
-        batch_rows: rows per micro-batch (whole source batches; at least one).
-        parallelism: at most this many partitions per micro-batch.
-        position: add a ``_pos`` column (partition index << 40 | row in the partition: stream
-            order within a micro-batch), for a stateful node fused behind the source.
-        key: partition the rows by these columns into exactly ``parallelism`` partitions (a
-            deterministic hash, :func:`key_partition`), so a keyed stateful node fused behind the
-            source needs no shuffle: partition ``i`` of every micro-batch holds the same keys.
-        apply: with ``key``: a function of an iterator of (positioned) batches run inside the
-            read task (a fused keyed stateful node and its stateless successors); the task then
-            yields its output, with schema ``apply_schema``, instead of the source rows.
+        workdir: the deploy's work directory (crash points of the tests).
         prefetch: read a bounded source on a background thread too, ahead of the planner
-            (``--io direct``: parsing overlaps the tasks of the previous micro-batch).
+            (parsing overlaps the tasks of the previous micro-batch).
     """
-    from epic.timecore import closing_watermark, source_watermark
 
-    src = node.source
-    user_schema = node.output.schema
-    entry = ENTRY_COLUMN in user_schema.names
-    lateness = src.lateness_ticks()
-    time_col = src.time
-    source_id = f"source:{node.name}"
-    bounded = bool(getattr(src, "bounded", True))
-    from epic.spark.tags import POS
+    def __init__(self, node, *, source_index: int, n_sources: int, workdir: str = "",
+                 prefetch: bool = False):
+        self.node = node
+        self.source_index = source_index
+        self.n_sources = n_sources
+        self.workdir = workdir
+        self.prefetch = prefetch
+        self._reset()
 
-    out_schema = schema.append(pa.field(POS, pa.int64())) if position else schema
-    declared = apply_schema if apply is not None else out_schema
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in ("node", "source_index", "n_sources", "workdir",
+                                               "prefetch")}
 
-    reorder = src.reorderer() is not None
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._reset()
 
-    def offset(seq, wm, eos, step, mx, late=None):
-        d = {"epic_topic": source_id, "seq": seq}
+    def _reset(self) -> None:
+        node = self.node
+        src = self.src = node.source
+        self.schema = topic_schema(node.output.schema)
+        self.user_schema = node.output.schema
+        self.entry = ENTRY_COLUMN in self.user_schema.names
+        self.lateness = src.lateness_ticks()
+        self.time_col = src.time
+        self.source_id = f"source:{node.name}"
+        self.bounded = bool(getattr(src, "bounded", True))
+        self.reorder = src.reorderer() is not None
+        self._items = None       # _Items, positioned at self._next
+        self._next = 0
+        self._wm = None          # forwarded watermark after item self._next - 1
+        self._max = None
+        self._done = False
+        self._planned: dict[int, tuple] = {}   # item index -> (rows, tagged batch)
+        self._reo = None         # epic.timecore.Reorderer (slack / punctuation), rebuilt
+        self._late = None        # the late_file writer, rewritten from the start
+
+    def _offset(self, seq, wm, eos, step, mx, late=None) -> dict:
+        d = {"epic_topic": self.source_id, "seq": seq}
         if late is not None:
             d["late_rows"] = late
         if wm is not None:
@@ -176,252 +178,154 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
             d["max"] = mx
         return d
 
-    class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-        def __init__(self):
-            self._items = None       # _Items, positioned at self._next
-            self._next = 0
-            self._wm = None          # forwarded watermark after item self._next - 1
-            self._max = None
-            self._done = False
-            self._planned: dict[int, tuple] = {}   # item index -> (rows, tagged batch)
-            self._reo = None         # epic.timecore.Reorderer (slack / punctuation), rebuilt
-            self._late = None        # the late_file writer, rewritten from the start
+    # Spark's planner protocol (as a topic's TopicStreamReader offers it).
+    def initialOffset(self) -> dict:
+        return self._offset(0, None, False, None, None)
 
-        def __getstate__(self):
-            # Executors need nothing of the planner's state (open source, planned batches).
-            return {}
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
 
-        def __setstate__(self, state):
-            self.__init__()
+    def _seek(self, start: dict):
+        seq = int(start["seq"])
+        if self._items is not None and self._next == seq:
+            return
+        if self._items is not None:
+            self._items.close()
+        if self.reorder:
+            # The re-order buffer (rows held within the slack) is rebuilt by replaying the
+            # source from its start through the same Reorderer: the state equals the one
+            # the first planning had, and the late file is rewritten identically.
+            self._items = _Items(self.src, threaded=self.prefetch or not self.bounded)
+            if self._late is not None:
+                self._late.close()
+            self._reo, self._late = self.src.reorderer(), self.src.late_writer()
+            self._next, self._wm, self._max, self._done = 0, None, None, False
+            while self._next < seq and not self._done:
+                self._pull(True)
+            self._planned = {k: v for k, v in self._planned.items() if k >= seq}
+            return
+        self._items = _Items(self.src, threaded=self.prefetch or not self.bounded)
+        for _ in range(seq):
+            item = self._items.take(block=True)
+            if item is StopIteration:
+                break
+        self._next = seq
+        self._wm = start.get("watermark")
+        self._max = start.get("max")
+        self._done = bool(start.get("eos", False))
+        self._planned = {k: v for k, v in self._planned.items() if k >= seq}
 
-        # -- planner ----------------------------------------------------------------------
-        def initialOffset(self):
-            return offset(0, None, False, None, None)
-
-        def getDefaultReadLimit(self) -> ReadLimit:
-            return ReadMaxRows(batch_rows)
-
-        def prepareForTriggerAvailableNow(self) -> None:
-            pass
-
-        def _seek(self, start: dict):
-            seq = int(start["seq"])
-            if self._items is not None and self._next == seq:
-                return
-            if self._items is not None:
-                self._items.close()
-            if reorder:
-                # The re-order buffer (rows held within the slack) is rebuilt by replaying the
-                # source from its start through the same Reorderer: the state equals the one
-                # the first planning had, and the late file is rewritten identically.
-                self._items = _Items(src, threaded=prefetch or not bounded)
+    def _pull(self, block: bool):
+        """Plan the next item; False if none is available (or the source ended)."""
+        if self._done:
+            return False
+        item = self._items.take(block)
+        if item is None:
+            return False
+        idx = self._next
+        if item is StopIteration:
+            self._done = True
+            if self.reorder:
+                # the held rows leave as one more planned item, then the end
+                self._plan_rows(idx, self._reo.end(), self._wm)
+                if self._planned[idx][1] is not None:
+                    self._next += 1
+                else:
+                    del self._planned[idx]
+                self._wm = self._reo.closing()
                 if self._late is not None:
                     self._late.close()
-                self._reo, self._late = src.reorderer(), src.late_writer()
-                self._next, self._wm, self._max, self._done = 0, None, None, False
-                while self._next < seq and not self._done:
-                    self._pull(True)
-                self._planned = {k: v for k, v in self._planned.items() if k >= seq}
-                return
-            self._items = _Items(src, threaded=prefetch or not bounded)
-            for _ in range(seq):
-                item = self._items.take(block=True)
-                if item is StopIteration:
-                    break
-            self._next = seq
-            self._wm = start.get("watermark")
-            self._max = start.get("max")
-            self._done = bool(start.get("eos", False))
-            self._planned = {k: v for k, v in self._planned.items() if k >= seq}
-
-        def _pull(self, block: bool):
-            """Plan the next item; False if none is available (or the source ended)."""
-            if self._done:
                 return False
-            item = self._items.take(block)
-            if item is None:
-                return False
-            idx = self._next
-            if item is StopIteration:
-                self._done = True
-                if reorder:
-                    # the held rows leave as one more planned item, then the end
-                    self._plan_rows(idx, self._reo.end(), self._wm)
-                    if self._planned[idx][1] is not None:
-                        self._next += 1
-                    else:
-                        del self._planned[idx]
-                    self._wm = self._reo.closing()
-                    if self._late is not None:
-                        self._late.close()
-                    return False
-                self._wm = closing_watermark(self._wm, self._max)
-                return False
-            self._next += 1
-            step = idx * n_sources + source_index
-            wm_before = self._wm
-            if reorder and type(item).__name__ == "Watermark" and hasattr(item, "time"):
-                self._plan_rows(idx, self._reo.punctuate(int(item.time)), wm_before)
-                if self._reo.watermark is not None:
-                    self._wm = self._reo.watermark
-                return True
-            if type(item).__name__ == "Watermark" and hasattr(item, "time"):
-                t = int(item.time)
-                if self._wm is None or t > self._wm:
-                    self._wm = t
-                self._planned[idx] = (0, None)
-                return True
-            if not isinstance(item, pa.RecordBatch) or item.num_rows == 0:
-                self._planned[idx] = (0, None)
-                return True
-            b = item
-            if entry:
-                now = _time.time_ns()
-                b = b.append_column(ENTRY_COLUMN, pa.array(np.full(b.num_rows, now,
-                                                                    dtype=np.int64)))
-            b = pa.RecordBatch.from_arrays(b.columns, schema=user_schema)
-            times = b.column(time_col)
-            if times.null_count:
-                raise EpicError(f"source {node.name!r}: event-time column {time_col!r} has "
-                                "nulls; declare it non-nullable or filter such rows")
-            if reorder:
-                released, late = self._reo.push(b)
-                if late is not None and self._late is not None:
-                    self._late.write(late)
-                self._max = self._reo.high
-                if self._reo.watermark is not None:
-                    self._wm = self._reo.watermark
-                self._plan_rows(idx, released, wm_before)
-                return True
-            mx = int(np.max(times.to_numpy(zero_copy_only=False)))
-            self._max = mx if self._max is None else max(self._max, mx)
-            self._wm = source_watermark(self._wm, self._max, lateness)
-            self._planned[idx] = (b.num_rows, with_tags(b, schema, tag(step, PHASE_ROWS),
-                                                        wm_before))
+            self._wm = closing_watermark(self._wm, self._max)
+            return False
+        self._next += 1
+        step = idx * self.n_sources + self.source_index
+        wm_before = self._wm
+        if self.reorder and type(item).__name__ == "Watermark" and hasattr(item, "time"):
+            self._plan_rows(idx, self._reo.punctuate(int(item.time)), wm_before)
+            if self._reo.watermark is not None:
+                self._wm = self._reo.watermark
             return True
+        if type(item).__name__ == "Watermark" and hasattr(item, "time"):
+            t = int(item.time)
+            if self._wm is None or t > self._wm:
+                self._wm = t
+            self._planned[idx] = (0, None)
+            return True
+        if not isinstance(item, pa.RecordBatch) or item.num_rows == 0:
+            self._planned[idx] = (0, None)
+            return True
+        b = item
+        if self.entry:
+            now = _time.time_ns()
+            b = b.append_column(ENTRY_COLUMN, pa.array(np.full(b.num_rows, now,
+                                                                dtype=np.int64)))
+        b = pa.RecordBatch.from_arrays(b.columns, schema=self.user_schema)
+        times = b.column(self.time_col)
+        if times.null_count:
+            raise EpicError(f"source {self.node.name!r}: event-time column {self.time_col!r} has "
+                            "nulls; declare it non-nullable or filter such rows")
+        if self.reorder:
+            released, late = self._reo.push(b)
+            if late is not None and self._late is not None:
+                self._late.write(late)
+            self._max = self._reo.high
+            if self._reo.watermark is not None:
+                self._wm = self._reo.watermark
+            self._plan_rows(idx, released, wm_before)
+            return True
+        mx = int(np.max(times.to_numpy(zero_copy_only=False)))
+        self._max = mx if self._max is None else max(self._max, mx)
+        self._wm = source_watermark(self._wm, self._max, self.lateness)
+        self._planned[idx] = (b.num_rows, with_tags(b, self.schema, tag(step, PHASE_ROWS),
+                                                    wm_before))
+        return True
 
-        def _plan_rows(self, idx: int, b, wm_before):
-            if b is None or not b.num_rows:
-                self._planned[idx] = (0, None)
-                return
-            step = idx * n_sources + source_index
-            self._planned[idx] = (b.num_rows, with_tags(b, schema, tag(step, PHASE_ROWS),
-                                                        wm_before))
+    def _plan_rows(self, idx: int, b, wm_before):
+        if b is None or not b.num_rows:
+            self._planned[idx] = (0, None)
+            return
+        step = idx * self.n_sources + self.source_index
+        self._planned[idx] = (b.num_rows, with_tags(b, self.schema, tag(step, PHASE_ROWS),
+                                                    wm_before))
 
-        def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict, limit) -> dict:
+        """The end of the next micro-batch: at least one item, at most about ``limit.max_rows``
+        rows (Spark's ``ReadMaxRows``; another limit: everything available)."""
+        self._seek(start)
+        max_rows = getattr(limit, "max_rows", None)
+        rows = 0
+        block = True
+        while max_rows is None or rows < max_rows:
+            if not self._pull(block):
+                break
+            rows += self._planned[self._next - 1][0]
+            block = self.bounded
+        last_step = None if self._next == 0 else (self._next - 1) * self.n_sources + self.source_index
+        if self.workdir and self._next != int(start["seq"]):
+            from epic.spark.crash import crash_point
+
+            crash_point("source-plan", self.workdir)
+        return self._offset(self._next, self._wm, self._done, last_step, self._max,
+                      None if self._reo is None else self._reo.late_rows)
+
+    def planned(self, start: dict, end: dict) -> list[pa.RecordBatch]:
+        """The tagged batches of the micro-batch from ``start`` to ``end`` (regenerated
+        from the source on a replay after a restart)."""
+        a, b = int(start["seq"]), int(end["seq"])
+        if any(i not in self._planned for i in range(a, b)):
+            if self._items is not None:
+                self._items.close()
+            self._items = None
             self._seek(start)
-            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-            rows = 0
-            block = True
-            while max_rows is None or rows < max_rows:
-                if not self._pull(block):
-                    break
-                rows += self._planned[self._next - 1][0]
-                block = bounded
-            last_step = None if self._next == 0 else (self._next - 1) * n_sources + source_index
-            if workdir and self._next != int(start["seq"]):
-                from epic.spark.crash import crash_point
+            while self._next < b and self._pull(True):
+                pass
+        return [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
 
-                crash_point("source-plan", workdir)
-            return offset(self._next, self._wm, self._done, last_step, self._max,
-                          None if self._reo is None else self._reo.late_rows)
-
-        def planned(self, start: dict, end: dict) -> list[pa.RecordBatch]:
-            """The tagged batches of the micro-batch from ``start`` to ``end`` (regenerated
-            from the source on a replay after a restart)."""
-            a, b = int(start["seq"]), int(end["seq"])
-            if any(i not in self._planned for i in range(a, b)):
-                if self._items is not None:
-                    self._items.close()
-                self._items = None
-                self._seek(start)
-                while self._next < b and self._pull(True):
-                    pass
-            return [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
-
-        def partitions(self, start: dict, end: dict):
-            batches = self.planned(start, end)
-            if key:
-                groups = [[] for _ in range(max(1, parallelism))]
-                for x in batches:
-                    pid = key_partition(x, key, len(groups))
-                    for p_, g in enumerate(groups):
-                        idx = np.flatnonzero(pid == p_)
-                        if len(idx) == len(pid):
-                            g.append(x)
-                        elif len(idx):
-                            g.append(x.take(pa.array(idx)))
-                return [_SourcePartition(i, _ipc(g, schema) if g else b"")
-                        for i, g in enumerate(groups)]
-            if not batches:
-                return [_SourcePartition(0, b"")]
-            total = sum(x.num_rows for x in batches)
-            per = max(1, -(-total // max(1, parallelism)))
-            parts, cur, n = [], [], 0
-            for x in batches:
-                cur.append(x)
-                n += x.num_rows
-                if n >= per:
-                    parts.append(cur)
-                    cur, n = [], 0
-            if cur:
-                parts.append(cur)
-            out = []
-            for i, group in enumerate(parts):
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, schema) as w:
-                    for x in group:
-                        w.write_batch(x)
-                out.append(_SourcePartition(i, sink.getvalue().to_pybytes()))
-            return out
-
-        def commit(self, end: dict) -> None:
-            seq = int(end["seq"])
-            for k in [k for k in self._planned if k < seq]:
-                del self._planned[k]
-
-        # -- executor ---------------------------------------------------------------------
-        def read(self, partition: _SourcePartition) -> Iterator[pa.RecordBatch]:
-            freeze_gc_once()
-            if apply is not None:
-                yield from apply(self._rows(partition))
-                return
-            yield from self._rows(partition)
-
-        def _rows(self, partition: _SourcePartition) -> Iterator[pa.RecordBatch]:
-            if not partition.payload:
-                return
-            n = int(getattr(partition, "part", 0)) << 40
-            for b in pa.ipc.open_stream(partition.payload):
-                if position:
-                    pos = pa.array(np.arange(n, n + b.num_rows, dtype=np.int64))
-                    n += b.num_rows
-                    b = pa.RecordBatch.from_arrays(b.columns + [pos], schema=out_schema)
-                yield b
-
-    class _Source(DataSource):
-        @classmethod
-        def name(cls):
-            return name
-
-        def schema(self):
-            from pyspark.sql.pandas.types import from_arrow_schema
-
-            return from_arrow_schema(declared)
-
-        def streamReader(self, schema):
-            return _Reader()
-
-    _Source.__name__ = f"EpicSource_{node.name.replace('-', '_')}"
-    return _Source
-
-
-def _ipc(batches, schema: pa.Schema) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as w:
-        for x in batches:
-            w.write_batch(x)
-    return sink.getvalue().to_pybytes()
+    def commit(self, end: dict) -> None:
+        seq = int(end["seq"])
+        for k in [k for k in self._planned if k < seq]:
+            del self._planned[k]
 
 
 def key_partition(batch: pa.RecordBatch, key, parts: int) -> np.ndarray:

@@ -1,4 +1,7 @@
-"""What runs inside Spark tasks for a node: the ``mapInArrow`` functions and the state store.
+"""What runs inside Spark tasks for a node: stateless and stateful runs, and the state store.
+
+A direct query's task (:func:`epic.spark.direct.run_partition`) chains these over the rows it
+read from its input files.
 
 **Stateless nodes** (map, filter, flat_map, a splitstream without round robin) run their operator
 on every run of equal bookkeeping tags (:mod:`epic.spark.tags`) of a partition, so a user function
@@ -36,7 +39,8 @@ from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, P
                              STEP, WM, runs, step_of, tag, with_tags)
 from epic.topics import resolve_filesystem
 
-__all__ = ["TaskSpec", "StateStore", "node_function", "node_marker", "partition_marker"]
+__all__ = ["TaskSpec", "StateStore", "run_stateless", "run_stateful", "node_marker",
+           "partition_marker", "node_late_rows"]
 
 #: How many snapshots per partition are kept (older ones are deleted).
 KEEP_SNAPSHOTS = 3
@@ -44,18 +48,18 @@ KEEP_SNAPSHOTS = 3
 
 @dataclass
 class TaskSpec:
-    """Everything a task needs about its node (pickled into the ``mapInArrow`` closure).
+    """Everything a task needs about its node (pickled with the query's plan).
 
     Attributes:
         node: the node config (with the user's functions).
         mode: ``stateless``, ``keyed`` or ``global``.
         in_schemas: per input, the stream's schema (user columns incl. ``_entry``).
-        out_schema: the output topic schema (user columns + tags [+ ``_port``]).
+        out_schema: the output topic schema (user columns + tags); a splitstream's first port's.
         input_topics: per input, the topic id (maps offset-log entries to inputs).
         checkpoint: the query's checkpoint location (offset log).
         state_dir: ``<workdir>/state/<node>``.
-        port: for a splitstream written one topic per output, the output kept; None: all, with
-            a ``_port`` column.
+        workdir: the deploy's work directory (crash points of the tests).
+        port_schemas: a splitstream's output topic schema per port.
     """
 
     node: object
@@ -65,14 +69,13 @@ class TaskSpec:
     input_topics: list
     checkpoint: str
     state_dir: str
-    port: int | None = None
     workdir: str = ""
     port_schemas: list | None = None
 
 
 class PortBatch(tuple):
     """``(port, batch)``: a splitstream's output for one port, when its outputs go to one topic
-    each written by the task itself (``epic deploy --io direct``)."""
+    each written by the task itself."""
 
     __slots__ = ()
 
@@ -202,18 +205,6 @@ def _user_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def node_function(spec: TaskSpec):
-    """The ``mapInArrow`` function of a node."""
-    if spec.mode == "stateless":
-        def stateless(iterator):
-            yield from run_stateless(spec, iterator)
-        return stateless
-
-    def stateful(iterator):
-        yield from run_stateful(spec, iterator)
-    return stateful
-
-
 # -- stateless ---------------------------------------------------------------------------------
 
 def _emit(spec: TaskSpec, outs, step_tag: int, wm: int | None) -> Iterator[pa.RecordBatch]:
@@ -221,16 +212,10 @@ def _emit(spec: TaskSpec, outs, step_tag: int, wm: int | None) -> Iterator[pa.Re
 
     if isinstance(spec.node, SplitNode):
         for port, batches in enumerate(outs):
-            if spec.port is not None and port != spec.port:
-                continue
             for b in batches:
                 if not b.num_rows:
                     continue
-                if spec.port_schemas is not None:
-                    yield PortBatch(port, with_tags(b, spec.port_schemas[port], step_tag, wm))
-                else:
-                    yield with_tags(b, spec.out_schema, step_tag, wm,
-                                    None if spec.port is not None else port)
+                yield PortBatch(port, with_tags(b, spec.port_schemas[port], step_tag, wm))
         return
     for b in outs:
         if b.num_rows:
@@ -413,40 +398,3 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
 
         crash_point("node-state", spec.workdir)
     yield from out
-
-
-# -- fused groups (``epic deploy --fuse``) -------------------------------------------------------
-
-def _append_pos(iterator, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Rows with a ``_pos`` column: partition id << 40 | row number in the task (stream order of
-    the rows within a partition, deterministic on replay: the partitions of a replayed batch are
-    the same)."""
-    from pyspark import TaskContext
-
-    part = TaskContext.get().partitionId()
-    n = 0
-    for b in iterator:
-        if not b.num_rows:
-            continue
-        pos = np.arange(n, n + b.num_rows, dtype=np.int64) + (int(part) << 40)
-        n += b.num_rows
-        cols = [b.column(f.name) for f in schema if f.name != POS]
-        yield pa.RecordBatch.from_arrays(cols + [pa.array(pos)], schema=schema)
-
-
-def fused_function(specs: list, *, pos_schema: pa.Schema | None = None):
-    """The ``mapInArrow`` function of a fused run of nodes: ``specs[0]`` may be stateful, the rest
-    are stateless. Each node's output (tagged batches, as its topic would hold them) feeds the
-    next, so every operator sees the batches and tags it would see reading the topic.
-    ``pos_schema``: append a ``_pos`` column (for a stateful node after the shuffle)."""
-    def fused(iterator):
-        it = iterator
-        for spec in specs:
-            if spec.mode == "stateless":
-                it = run_stateless(spec, it)
-            else:
-                it = run_stateful(spec, it)
-        if pos_schema is not None:
-            it = _append_pos(it, pos_schema)
-        yield from it
-    return fused

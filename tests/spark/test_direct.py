@@ -1,7 +1,7 @@
-"""`epic deploy --io direct|rows`: both give `epic run`'s output; the direct mode's work directory.
+"""`epic deploy`'s direct I/O gives `epic run`'s output; its work directory.
 
-``io="direct"`` (the default) lets tasks read their input files and write their outputs, Spark
-carrying one commit message per task; ``io="rows"`` sends every row through Spark. Reuses
+Tasks read their input files and write their outputs, Spark carrying one commit message per task
+(the only I/O path; work directories of the retired `--io rows` are refused). Reuses
 test_deploy's helpers (example topologies, CSV and row comparison).
 """
 
@@ -107,72 +107,46 @@ def _spooled(wd: Path) -> list[str]:
     return sorted(str(p.relative_to(wd)) for p in (wd / "spool").rglob("*.arrow"))
 
 
-# -- the rows mode and the io choice -------------------------------------------------------------
-
-def test_rows_mode_example_equals_run(spark, tmp_path):
-    """sensor_averages deployed with io="rows" writes epic run's CSV (rows sorted); the work
-    directory records io "rows" and refuses a redeploy with io="direct"."""
-    ref = load_topology(ROOT / "topologies" / "sensor_averages.py",
-                        params={"out": str(tmp_path / "ref")})
-    dep = load_topology(ROOT / "topologies" / "sensor_averages.py",
-                        params={"out": str(tmp_path / "dep")})
-    epic.run(ref)
-    wd = tmp_path / "wd"
-    result = deploy(dep, str(wd), spark=spark, timeout=240, io="rows")
-    assert result.status["state"] == "finished"
-    files = sorted((tmp_path / "ref").glob("*.csv"))
-    assert files
-    for f in files:
-        assert _csv_lines(tmp_path / "dep" / f.name) == _csv_lines(f), f.name
-    assert _deploy_json(wd)["io"] == "rows"
-    assert not (wd / "spool").exists()  # the rows mode hands source batches to Spark
-    with pytest.raises(epic.EpicError, match=r"--io rows"):
-        deploy(dep, str(wd), spark=spark, timeout=60, io="direct")
-
+# -- the work directory generation ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def tiny_direct(spark, tmp_path_factory):
-    """The tiny topology deployed with the defaults (io="direct", batch_rows 1,000,000: the whole
-    source is one micro-batch, which also carries its end of stream)."""
+    """The tiny topology deployed with the defaults (batch_rows 1,000,000: the whole source is
+    one micro-batch, which also carries its end of stream)."""
     wd = tmp_path_factory.mktemp("direct_tiny") / "wd"
     result = deploy(_tiny_topology(), str(wd), spark=spark, timeout=120)
     return wd, result
 
 
-def test_io_mismatch_is_refused(spark, tiny_direct):
-    """A work directory deployed with io="direct" refuses io="rows", naming --io, and keeps its
-    manifest."""
+def test_tiny_direct_records_its_layout(spark, tiny_direct):
+    """The tiny deploy equals epic run; its deploy.json records the direct layout, and a redeploy
+    of the finished work directory keeps it."""
     wd, result = tiny_direct
     assert result.status["state"] == "finished"
     _assert_same(result.collected["out"].to_pylist(),
                  epic.run(_tiny_topology()).collected["out"].to_pylist(), "out")
     assert _deploy_json(wd)["io"] == "direct"
-    with pytest.raises(epic.EpicError, match=r"deployed with --io direct"):
-        deploy(_tiny_topology(), str(wd), spark=spark, timeout=60, io="rows")
-    assert _deploy_json(wd)["io"] == "direct"
 
 
-def test_workdir_without_io_is_rows(spark, tmp_path):
-    """A deploy.json without "io" (written before io existed) is a rows deploy: io="direct" is
-    refused."""
-    (tmp_path / "deploy.json").write_text(json.dumps(
-        {"topology": "direct_tiny", "partitions": 2, "nodes": ["nums", "out"]}))
-    with pytest.raises(epic.EpicError, match=r"deployed with --io rows"):
-        deploy(_tiny_topology(), str(tmp_path), spark=spark, timeout=60, io="direct")
-
-
-def test_unknown_io_is_refused(tmp_path):
-    """io other than direct / rows is refused before the work directory is created."""
-    with pytest.raises(epic.EpicError, match="direct or rows"):
-        deploy(_tiny_topology(), str(tmp_path / "wd"), io="arrow")
-    assert not (tmp_path / "wd").exists()
+@pytest.mark.parametrize("manifest", [
+    {"topology": "direct_tiny", "partitions": 2, "nodes": ["nums", "out"]},
+    {"topology": "direct_tiny", "partitions": 2, "nodes": ["nums", "out"], "io": "rows"}],
+    ids=["no-io", "rows"])
+def test_rows_workdir_is_refused(spark, tmp_path, manifest):
+    """A work directory of the retired rows mode (deploy.json with io "rows", or without io:
+    written before io existed) is refused, naming the mode and the fix, and left as it was."""
+    (tmp_path / "deploy.json").write_text(json.dumps(manifest))
+    with pytest.raises(epic.EpicError, match=r"deployed with --io rows.*fresh --workdir"):
+        deploy(_tiny_topology(), str(tmp_path), spark=spark, timeout=60)
+    assert json.loads((tmp_path / "deploy.json").read_text()) == manifest
+    assert not (tmp_path / "topics").exists()
 
 
 # -- a splitstream in the direct mode ------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=[False, True], ids=["nofuse", "fuse"])
 def split_deploy(request, spark, tmp_path_factory):
-    """The split topology deployed with io="direct", without and with fuse: (fuse, work dir,
+    """The split topology deployed without and with fuse: (fuse, work dir,
     result, epic run's collected rows)."""
     fuse = request.param
     wd = tmp_path_factory.mktemp("direct_split") / "wd"

@@ -13,7 +13,8 @@ import pytest
 
 import epic
 from epic.cli import load_topology
-from epic.spark.runtime import deploy, group_name, plan_groups
+from epic.spark.planner import group_name, plan_groups, plan_modes
+from epic.spark.runtime import deploy
 
 from test_deploy import EXAMPLES, ROOT, TRANSCRIPTS, _csv_lines, _same_rows, _transcript_topology
 from test_recovery import _lines, reference  # noqa: F401 - fixture
@@ -40,8 +41,6 @@ def test_plan_groups():
     groups = [group_name(g) for g in plan_groups(t)]
     assert len(groups) < len(t.nodes)
     for g in plan_groups(t):
-        from epic.spark.runtime import plan_modes
-
         modes = plan_modes(t)
         assert sum(1 for n in g if modes.get(n.name, "stateless") != "stateless") <= 1
     assert [len(g) for g in plan_groups(t, fuse=False)] == [1] * len(t.nodes)

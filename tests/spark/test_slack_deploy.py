@@ -81,16 +81,17 @@ def test_planner_replay_rebuilds_the_reorder_buffer(tmp_path):
     restart), plans the same rows, watermarks and late file, as the buffer is rebuilt."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from epic.spark.source_query import make_source_data_source
-    from epic.spark.tags import topic_schema
+    from pyspark import cloudpickle
+
+    from epic.spark.source_query import SourcePlanner
 
     late = tmp_path / "late.csv"
     topo = _topology(_rows(5), str(late))
     node = topo.nodes["events"]
-    cls = make_source_data_source(node, name="x", schema=topic_schema(node.output.schema),
-                                  source_index=0, n_sources=1, batch_rows=7, parallelism=1)
-    first = _plan_all(cls({}).streamReader(None), cls({}).streamReader(None).initialOffset(),
-                      ReadMaxRows(7))
+    def planner():
+        return SourcePlanner(node, source_index=0, n_sources=1)
+
+    first = _plan_all(planner(), planner().initialOffset(), ReadMaxRows(7))
     want_late = late.read_text()
     assert len(first) > 4 and want_late.count("\n") > 1
     rows = [r for _, _, bs in first for b in bs for r in b]
@@ -99,7 +100,7 @@ def test_planner_replay_rebuilds_the_reorder_buffer(tmp_path):
     wms = [e.get("watermark") for _, e, _ in first]
     assert all(a <= b for a, b in zip(wms, wms[1:]) if a is not None)
     mid = len(first) // 2
-    again = cls({}).streamReader(None)
+    again = cloudpickle.loads(cloudpickle.dumps(planner()))   # as Spark ships it
     for start, end, batches in first[mid:]:
         assert [b.to_pylist() for b in again.planned(start, end)] == batches
     assert again.latestOffset(first[-1][1], ReadMaxRows(7)) == first[-1][1]

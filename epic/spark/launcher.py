@@ -1,0 +1,162 @@
+"""Starting, watching and stopping the streaming queries of a :class:`~epic.spark.planner.DeployPlan`.
+
+Each :class:`~epic.spark.planner.QueryPlan` becomes ``readStream.format(<reader>).load()
+.writeStream.format(<writer>)`` over the thin data-source adapters of
+:mod:`epic.spark.datasources`, registered under names unique to this launch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time as _time
+import uuid
+
+from epic.errors import EpicError
+from epic.spark.planner import DeployPlan
+from epic.topics import Topic
+from epic.topology import SinkNode
+
+__all__ = ["Launcher", "explain"]
+
+
+class Launcher:
+    """The running queries of one deploy.
+
+    Args:
+        spark: the session.
+        plan: the deploy's plan.
+        trigger_interval: seconds between micro-batch triggers of each query.
+    """
+
+    def __init__(self, spark, plan: DeployPlan, trigger_interval: float):
+        self.spark = spark
+        self.plan = plan
+        self.trigger = f"{max(1, int(trigger_interval * 1000))} milliseconds"
+        self.tag = uuid.uuid4().hex[:8]
+        self.queries: dict[str, object] = {}
+        from epic.spark.sink_query import deploy_id
+
+        self.deploy_id = deploy_id(plan.workdir)
+
+    def start_all(self, on_started=None) -> None:
+        """Start every query, one after the other (each past its initialisation before the next
+        starts: starting two at the same instant can kill both, spark-notes pitfall 5)."""
+        from epic.spark.datasources import reader_source, writer_source
+
+        for qp in self.plan.queries():
+            safe = re.sub(r"\W", "_", qp.name)
+            src = reader_source(f"epic_group_{self.tag}_{safe}", qp.schema, qp.make_planner,
+                                qp.batch_rows)
+            dst = writer_source(f"epic_commit_{self.tag}_{safe}", qp.committer)
+            self.spark.dataSource.register(src)
+            self.spark.dataSource.register(dst)
+            q = (self.spark.readStream.format(src.name()).load().writeStream
+                 .format(dst.name()).option("checkpointLocation", qp.checkpoint)
+                 .queryName(qp.name).trigger(processingTime=self.trigger).start())
+            self.queries[qp.name] = q
+            self._await_first(q)
+            if on_started:
+                on_started()
+
+    @staticmethod
+    def _await_first(q, timeout: float = 20.0) -> None:
+        deadline = _time.monotonic() + timeout
+        while _time.monotonic() < deadline:
+            if q.exception() is not None or not q.isActive:
+                return
+            if q.recentProgress:
+                return
+            # Past "Initializing sources": the offset log exists, the next start is safe.
+            if q.status.get("message", "").startswith(("Waiting", "Getting offsets",
+                                                       "Processing")):
+                return
+            _time.sleep(0.02)
+
+    # -- watching --------------------------------------------------------------------------
+    def sink_done(self, node: SinkNode) -> bool:
+        """Whether sink ``node`` committed its end of stream."""
+        from epic.sinks import CsvSink, ParquetSink
+        from epic.spark.sink_query import read_sidecar
+
+        sink = node.sink
+        if isinstance(sink, (CsvSink, ParquetSink)):
+            rec = read_sidecar(os.path.abspath(sink.path), self.deploy_id)
+            return bool(rec and rec.get("eos"))
+        try:
+            topic = Topic.open(self.plan.sink_topic(node))
+        except EpicError:
+            return False  # not created yet
+        return topic.status().eos  # a corrupt segment raises: the deploy stops, naming it
+
+    def failure(self) -> EpicError | None:
+        """The first failed query's error, explained."""
+        for name, q in self.queries.items():
+            exc = q.exception()
+            if exc is not None:
+                return EpicError(explain(name, exc))
+        return None
+
+    def print_console(self, printed: dict) -> None:
+        """Print the rows console sinks committed since the last call (``printed``: the next
+        segment per sink, also kept in ``<sink topic>/printed`` across restarts)."""
+        from epic.sinks import ConsoleSink
+
+        for n in self.plan.sinks:
+            if not isinstance(n.sink, ConsoleSink):
+                continue
+            path = self.plan.sink_topic(n)
+            mark = os.path.join(path, "printed")
+            if n.name not in printed:
+                try:
+                    printed[n.name] = int(open(mark).read())
+                except (FileNotFoundError, ValueError):
+                    printed[n.name] = 0
+            try:
+                topic = Topic.open(path)
+            except EpicError:
+                continue
+            names = topic.schema.names
+            for seg, _, batches in topic.read(printed[n.name]):
+                for b in batches:
+                    for row in b.to_pylist():
+                        print(f"[{n.name}] " + "\t".join(
+                            repr(row[c]) if isinstance(row[c], float) else
+                            ("" if row[c] is None else str(row[c])) for c in names))
+                printed[n.name] = seg.seq + 1
+                with open(mark, "w") as f:
+                    f.write(str(printed[n.name]))
+            sys.stdout.flush()
+
+    # -- stopping --------------------------------------------------------------------------
+    def stop(self, drain: float = 0.0) -> None:
+        """Stop every query. ``drain``: first wait up to this many seconds for micro-batches in
+        flight to finish (a finished deploy: a query may still run a batch of trailing markers;
+        stopping it mid-batch makes Spark log an aborted write)."""
+        deadline = _time.monotonic() + drain
+        for q in self.queries.values():
+            try:
+                while (_time.monotonic() < deadline and q.isActive
+                       and q.status.get("isTriggerActive")):
+                    _time.sleep(0.05)
+                q.stop()
+            except Exception:  # noqa: BLE001 - stopping is best effort
+                pass
+
+
+_CAUSE = re.compile(r"(?:epic\.errors\.)?(NodeFailure|TopologyError|InputError|SpecError|"
+                    r"StateError|OutputError|EpicError): (.+)")
+
+
+def explain(query: str, exc) -> str:
+    """One line for a failed query: epic's own error if Spark's text holds one, else the last
+    exception line."""
+    text = str(exc)
+    m = _CAUSE.search(text)
+    if m:
+        return f"{m.group(1)}: {m.group(2).strip()} (query of node {query!r})"
+    first = next((ln for ln in text.splitlines() if ln.strip()), text)
+    last = [ln for ln in text.splitlines() if re.match(r"^\w+(\.\w+)*(Error|Exception): ", ln)]
+    cause = last[-1] if last else first
+    return f"query of node {query!r} failed: {cause.strip()[:500]}"

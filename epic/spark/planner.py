@@ -1,0 +1,358 @@
+"""The plan of an ``epic deploy``: which queries run which nodes, and where every file lives.
+
+Computed once per deploy from the topology (:class:`DeployPlan`); the launcher
+(:mod:`epic.spark.launcher`) starts one Spark streaming query per :class:`QueryPlan`, and the
+status (:mod:`epic.spark.status`) reads the same layout. Nothing here starts Spark.
+
+Layout of a work directory::
+
+    <workdir>/deploy.json            topology name, partitions per keyed node (fixed at first start)
+    <workdir>/topics/<stream>        one Arrow topic per stream (a splitstream: one per output,
+                                     <node>.<port>)
+    <workdir>/checkpoints/<query>    the query's Spark checkpoint
+    <workdir>/state/<node>/p<i>/     a stateful node's snapshots per partition and batch id
+    <workdir>/sinks/<node>           topics behind console and collect sinks
+    <workdir>/spool/<query>/         a source's planned batches, until their micro-batch commits
+    <workdir>/stats/<query>.json     input rows per query (the planner counts them)
+    <workdir>/status.json            per-query progress, rewritten while the deploy runs
+    <workdir>/STOP                   `epic stop` creates it; the driver stops and exits
+
+Queries (docs/deploy.md): every node is one query, or with ``fuse`` a chain of nodes
+(:func:`plan_groups`) and siblings reading the same stream (:func:`plan_units`). A query's tasks
+read its input files (topic segments, or a source's spooled batches), run its nodes and write its
+outputs themselves (:mod:`epic.spark.direct`); Spark carries one commit message per task and
+output.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from epic.errors import TopologyError
+from epic.spark.tags import topic_schema
+from epic.topics import Topic
+from epic.topology import (FilterNode, FlatMapNode, MapNode, MergeNode, ProcessNode, SinkNode,
+                           SourceNode, SplitNode, Stream, Topology, WindowNode)
+
+__all__ = ["DeployPlan", "QueryPlan", "plan_modes", "plan_groups", "plan_units", "group_name",
+           "unit_name", "MAX_BATCH_BYTES"]
+
+#: At most about this many bytes of topic files per input per micro-batch.
+MAX_BATCH_BYTES = 256 << 20
+
+
+def plan_modes(topology: Topology) -> dict[str, str]:
+    """How each non-source, non-sink node runs: ``stateless``, ``keyed`` or ``global``."""
+    from epic.split import RoundRobin
+
+    out = {}
+    for n in topology.topological_order():
+        if isinstance(n, (SourceNode, SinkNode)):
+            continue
+        if isinstance(n, (MapNode, FilterNode, FlatMapNode)):
+            out[n.name] = "stateless"
+        elif isinstance(n, SplitNode):
+            out[n.name] = "global" if isinstance(n.query, RoundRobin) else "stateless"
+        elif isinstance(n, (WindowNode, ProcessNode)) and n.key:
+            out[n.name] = "keyed"
+        else:
+            out[n.name] = "global"
+    return out
+
+
+def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
+    """The nodes each query runs, in topological order of their first node (``--fuse``).
+
+    A node joins the group of the node producing its single input when that producer has no
+    other consumer, neither is a merge, the producer is no splitstream, the group does not end in
+    a sink yet, and the group then holds at most one stateful node (window, process, combine). A
+    source may head a group; a sink or a splitstream ends one. Without ``fuse`` every node is its
+    own group.
+    """
+    order = topology.topological_order()
+    if not fuse:
+        return [[n] for n in order]
+    modes = plan_modes(topology)
+    consumers: dict[str, list[str]] = {}
+    for n in order:
+        for st in n.inputs:
+            consumers.setdefault(st.node, []).append(n.name)
+    group_of: dict[str, list] = {}
+    groups: list[list] = []
+    for n in order:
+        ins = list(n.inputs)
+        g = None
+        if len(ins) == 1 and not isinstance(n, MergeNode):
+            p = topology.node(ins[0].node)
+            pg = group_of.get(p.name)
+            if (pg is not None and pg[-1] is p and not isinstance(p, (SplitNode, SinkNode))
+                    and len(consumers.get(p.name, [])) == 1):
+                stateful = sum(1 for m in pg if modes.get(m.name, "stateless") != "stateless")
+                if modes.get(n.name, "stateless") == "stateless" or stateful == 0:
+                    g = pg
+        if g is None:
+            g = []
+            groups.append(g)
+        g.append(n)
+        group_of[n.name] = g
+    return groups
+
+
+def group_name(group: list) -> str:
+    """The producer name of a group: its nodes joined by ``+``."""
+    return "+".join(n.name for n in group)
+
+
+def unit_name(unit: list) -> str:
+    """The query (and checkpoint) name of a unit: its group's name, or for siblings the first
+    group's name and ``~<number of groups>`` (names stay short enough for file names)."""
+    first = group_name(unit[0])
+    return first if len(unit) == 1 else f"{first}~{len(unit)}"
+
+
+def plan_units(topology: Topology, groups: list[list]) -> list[list[list]]:
+    """Groups that share one query (``--fuse``): *siblings*, groups that read the same input
+    streams and whose first stateful node is keyed by the same key, or is global, or which have
+    no stateful node. Their tasks then read the input once (the four windows of DEBS Q1 over one
+    stream, keyed by player, are one query). Groups headed by a source or a merge stay alone.
+    Order: by each unit's first group."""
+    modes = plan_modes(topology)
+    units: list[list[list]] = []
+    by_sig: dict[tuple, list] = {}
+    for g in groups:
+        head = g[0]
+        if isinstance(head, (SourceNode, MergeNode)) or len(head.inputs) != 1:
+            units.append([g])
+            continue
+        st = next((n for n in g if modes.get(n.name, "stateless") != "stateless"), None)
+        part = ("none",) if st is None else (
+            ("keyed", tuple(st.key)) if modes[st.name] == "keyed" else ("global",))
+        sig = (tuple((s.node, s.port) for s in head.inputs), part)
+        u = by_sig.get(sig)
+        if u is None:
+            u = by_sig[sig] = []
+            units.append(u)
+        u.append(g)
+    return units
+
+
+@dataclass
+class QueryPlan:
+    """One streaming query: its name, checkpoint, the schema of the rows Spark carries (commit
+    messages), and factories of its planner and committer (:mod:`epic.spark.direct`)."""
+
+    name: str
+    checkpoint: str
+    schema: object
+    make_planner: object
+    committer: object
+    batch_rows: int
+
+
+class DeployPlan:
+    """Groups, units (queries), modes and the work directory's layout of one deploy.
+
+    Args:
+        topology: the validated topology.
+        workdir: the work directory (absolute, local).
+        partitions: tasks per micro-batch of a keyed stateful node.
+        fuse: chains and siblings share queries (``--fuse``).
+        batch_rows: rows per micro-batch read from a source or topic.
+        retention: delete topic segments every reading query has committed past.
+    """
+
+    def __init__(self, topology: Topology, workdir: str, *, partitions: int, fuse: bool,
+                 batch_rows: int, retention: bool = True):
+        self.t = topology
+        self.workdir = workdir
+        self.partitions = partitions
+        self.fuse = fuse
+        self.batch_rows = batch_rows
+        self.retention = retention
+        self.order = topology.topological_order()
+        self.modes = plan_modes(topology)
+        self.sources = [n for n in self.order if isinstance(n, SourceNode)]
+        self.sinks = [n for n in self.order if isinstance(n, SinkNode)]
+        self.groups = plan_groups(topology, fuse)
+        self.units = plan_units(topology, self.groups) if fuse else [[g] for g in self.groups]
+        # Nodes whose output stays inside a fused query: no topic.
+        self.internal = {n.name for g in self.groups for n in g[:-1]}
+
+    # -- layout ----------------------------------------------------------------------------
+    def ckpt(self, query: str) -> str:
+        return f"{self.workdir}/checkpoints/{query}"
+
+    def state_dir(self, node) -> str:
+        return f"{self.workdir}/state/{node.name}"
+
+    def stream_topic(self, stream: Stream) -> str:
+        """The topic holding ``stream`` (a splitstream's output: ``<node>.<port>``)."""
+        if isinstance(self.t.node(stream.node), SplitNode):
+            return f"{self.workdir}/topics/{stream.node}.{stream.port}"
+        return f"{self.workdir}/topics/{stream.node}"
+
+    def node_topics(self, node) -> list[str]:
+        """The topics ``node`` writes (none for a sink or a node inside a fused query)."""
+        if isinstance(node, SinkNode) or node.name in self.internal:
+            return []
+        return [self.stream_topic(s) for s in node.outputs]
+
+    def sink_topic(self, node: SinkNode) -> str:
+        """The topic a console, collect or topic sink writes."""
+        from epic.sinks import TopicSink
+
+        if isinstance(node.sink, TopicSink):
+            return node.sink.path
+        return f"{self.workdir}/sinks/{node.name}"
+
+    def consumer(self, unit: list) -> str:
+        """The consumer name of a query on its input topics (retention)."""
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", unit_name(unit))
+
+    def split_group(self, group: list):
+        """``(sink or None, members, pre, stateful or None, post)`` of a fused group: its nodes
+        other than source and sink, split around the first stateful one."""
+        sink = group[-1] if isinstance(group[-1], SinkNode) else None
+        members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
+        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
+        if k is None:
+            return sink, members, members, None, []
+        return sink, members, members[:k], members[k], members[k + 1:]
+
+    # -- topics ----------------------------------------------------------------------------
+    def create_topics(self) -> None:
+        """Create every topic (idempotent: a restart finds them) and, with retention, register
+        every reading query as a consumer before any query starts (so retention never deletes a
+        segment a query that has not started yet still has to read)."""
+        for n in self.order:
+            for path, s in zip(self.node_topics(n), n.outputs):
+                self._create(n, path, topic_schema(s.schema), s.time, s.unit)
+        for n in self.sinks:
+            if self._topic_sink(n):
+                out = n.sink.output_schema(n.input.schema)
+                self._create(n, self.sink_topic(n), out,
+                             n.input.time if n.input.time in out.names else None, n.input.unit)
+        if self.retention:
+            for u in self.units:
+                if isinstance(u[0][0], SourceNode):
+                    continue
+                for st in u[0][0].inputs:
+                    Topic.open(self.stream_topic(st)).register_consumer(self.consumer(u))
+
+    @staticmethod
+    def _topic_sink(node: SinkNode) -> bool:
+        from epic.sinks import CollectSink, ConsoleSink, TopicSink
+
+        return isinstance(node.sink, (CollectSink, ConsoleSink, TopicSink))
+
+    @staticmethod
+    def _create(node, path: str, schema, time, unit) -> None:
+        try:
+            Topic.create(path, schema, time_column=time, time_unit=unit, exist_ok=True)
+        except TopologyError as exc:
+            raise TopologyError(
+                f"node {node.name!r}: its topic {path} was created by an earlier deploy with "
+                f"another schema ({exc}). The topology changed: deploy into a fresh "
+                "--workdir (or delete this one)") from None
+
+    # -- queries ---------------------------------------------------------------------------
+    def queries(self) -> list[QueryPlan]:
+        """One query per unit, in topological order of their first nodes."""
+        return [self.query(u) for u in self.units]
+
+    def query(self, unit: list) -> QueryPlan:
+        """The query running the groups of ``unit`` (one group, or siblings: :func:`plan_units`):
+        its tasks read the input files, run the nodes and write the outputs; Spark carries one
+        commit message per task and output (:mod:`epic.spark.direct`)."""
+        from epic.spark.direct import (PTR_SCHEMA, Committer, GroupPlan, GroupPlanner,
+                                       PlanInput)
+        from epic.spark.source_query import SourcePlanner
+        from epic.spark.topic_source import TopicStreamReader
+
+        qname = unit_name(unit)
+        ckpt = self.ckpt(qname)
+        safe = re.sub(r"\W", "_", qname)
+        head = unit[0][0]
+        if isinstance(head, SourceNode):
+            planner = SourcePlanner(head, source_index=self.sources.index(head),
+                                    n_sources=len(self.sources), workdir=self.workdir,
+                                    prefetch=True)
+            inputs = [PlanInput("source", planner)]
+            ids = [f"source:{head.name}"]
+        else:
+            inputs, ids = [], []
+            for s_ in head.inputs:
+                topic = Topic.open(self.stream_topic(s_))
+                # Rows and bytes: a micro-batch of 1 M heat-map rows (DEBS Q3, ~100 KB each)
+                # would hold the whole game; a keyed query's tasks each read every file.
+                opts = {"max_rows_per_trigger": str(self.batch_rows),
+                        "max_bytes_per_trigger": str(MAX_BATCH_BYTES)}
+                if self.retention:
+                    # Segments every reader has committed past are deleted (the full DEBS game
+                    # would otherwise keep ~40 GB of intermediate topics).
+                    opts.update(consumer=self.consumer(unit), retention="true")
+                inputs.append(PlanInput("topic", TopicStreamReader(topic, None, opts)))
+                ids.append(topic.manifest.topic_id)
+        branches = [self._branch(g, ckpt, ids) for g in unit]
+        st = next((n for n in unit[0] if self.modes.get(n.name, "stateless") != "stateless"),
+                  None)
+        plan = GroupPlan(
+            name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
+            key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
+            partitions=self.partitions, branches=branches, stateful=st is not None,
+            spool=f"{self.workdir}/spool/{safe}")
+        return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
+                         make_planner=functools.partial(GroupPlanner, plan, inputs,
+                                                        self.batch_rows),
+                         committer=Committer(plan.outputs), batch_rows=self.batch_rows)
+
+    def _branch(self, group: list, ckpt: str, ids: list):
+        """A fused group as a branch of a query: its task specs and output writers."""
+        from epic.sinks import CsvSink, ParquetSink
+        from epic.spark.direct import Branch, Output
+        from epic.spark.sink_query import file_sink_writer
+        from epic.spark.tasks import TaskSpec
+        from epic.spark.topic_sink import TopicStreamWriter
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        head = group[0]
+        sink, members, pre, st, post = self.split_group(group)
+        state = None if st is None else self.state_dir(st)
+        producer = group_name(group).replace("+", "__")
+
+        def spec(n):
+            split = isinstance(n, SplitNode)
+            return TaskSpec(node=n, mode=self.modes[n.name],
+                            in_schemas=[x.schema for x in n.inputs],
+                            out_schema=topic_schema((n.outputs[0] if split else n.output).schema),
+                            input_topics=ids, checkpoint=ckpt, state_dir=self.state_dir(n),
+                            workdir=self.workdir,
+                            port_schemas=([topic_schema(x.schema) for x in n.outputs]
+                                          if split else None))
+
+        def topic_writer(path: str) -> TopicStreamWriter:
+            opts = {"producer": producer, "checkpoint": ckpt}
+            if state is not None:
+                opts["state_dir"] = state
+            schema = Topic.open(path).schema
+            return TopicStreamWriter(path, from_arrow_schema(
+                pa.schema([f.with_nullable(True) for f in schema])), opts)
+
+        last = members[-1] if members else head
+        if sink is not None and isinstance(sink.sink, (CsvSink, ParquetSink)):
+            outputs = [Output("file", file_sink_writer(sink, checkpoint=ckpt,
+                                                       workdir=self.workdir), sink=sink)]
+        elif sink is not None:
+            outputs = [Output("topic", topic_writer(self.sink_topic(sink)), sink=sink)]
+        elif isinstance(last, SplitNode):
+            outputs = [Output("topic", topic_writer(self.stream_topic(x)), port=x.port)
+                       for x in last.outputs]
+        else:
+            outputs = [Output("topic", topic_writer(self.stream_topic(last.output)))]
+        return Branch(pre=[spec(n) for n in pre], st=None if st is None else spec(st),
+                      post=[spec(n) for n in post], outputs=outputs,
+                      split=sink is None and isinstance(last, SplitNode))

@@ -1,0 +1,158 @@
+"""The status of a deploy: ``<workdir>/status.json``, the live table, ``epic status`` / ``epic stop``.
+
+The driver refreshes the document while the deploy runs (at most once a second) and writes it a
+last time when the deploy ends; ``epic status WORKDIR`` prints it, ``epic stop WORKDIR`` asks the
+driver to stop (the ``STOP`` file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time as _time
+
+from epic.errors import EpicError
+from epic.topics import Topic
+from epic.topology import SinkNode, WindowNode
+
+__all__ = ["Stats", "read_status", "request_stop", "status_table", "STATUS", "STOP"]
+
+STATUS = "status.json"
+STOP = "STOP"
+
+
+def read_status(workdir: str) -> dict:
+    """The status document a deploy keeps in ``<workdir>/status.json``."""
+    p = os.path.join(workdir, STATUS)
+    try:
+        with open(p) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise EpicError(f"{workdir}: no {STATUS}; is this the --workdir of an epic deploy?") \
+            from None
+
+
+def request_stop(workdir: str) -> None:
+    """Ask the deploy running in ``workdir`` to stop (it polls for the file)."""
+    if not os.path.isdir(workdir):
+        raise EpicError(f"{workdir}: no such work directory")
+    with open(os.path.join(workdir, STOP), "w") as f:
+        f.write(str(_time.time()))
+
+
+class Stats:
+    """Per-query progress of a running deploy (Spark's progress reports, the planners' input
+    row counts, the rows committed to the output topics) as the status document.
+
+    Args:
+        plan: the deploy's :class:`~epic.spark.planner.DeployPlan`.
+        queries: the running queries by name (the launcher's, filled as they start).
+    """
+
+    def __init__(self, plan, queries: dict):
+        self.plan = plan
+        self.queries = queries
+        self.rows_in: dict[str, dict[int, int]] = {}
+        self.busy: dict[str, dict[int, int]] = {}
+        self.last: dict[str, dict] = {}
+        self._seen: dict[tuple[str, str], dict[int, int]] = {}
+
+    def update(self) -> None:
+        for name, q in self.queries.items():
+            seen = self.rows_in.setdefault(name, {})
+            try:
+                prog = q.recentProgress
+            except Exception:  # noqa: BLE001 - a stopped query
+                prog = []
+            busy = self.busy.setdefault(name, {})
+            for p in prog:
+                rows = int(p.get("numInputRows") or 0)
+                seen[int(p["batchId"])] = rows
+                if rows:
+                    busy[int(p["batchId"])] = int((p.get("durationMs") or {})
+                                                  .get("triggerExecution") or 0)
+            if prog:
+                self.last[name] = prog[-1]
+
+    def _rows_in(self, name: str) -> int:
+        # Spark counts the commit-message rows; the query's planner counts the input rows.
+        try:
+            with open(os.path.join(self.plan.workdir, "stats",
+                                   name.replace("/", "_") + ".json")) as f:
+                return int(json.load(f)["rows_in"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return 0
+
+    def _topic_rows(self, node, producer: str) -> int:
+        """Rows ``producer`` committed to ``node``'s topics: segments seen by any status update
+        (with retention, consumed segments disappear; the count keeps them)."""
+        total = 0
+        for p in [self.plan.stream_topic(s) for s in node.outputs]:
+            seen = self._seen.setdefault((p, producer), {})
+            try:
+                for s in Topic.open(p).segments():
+                    if s.producer == producer:
+                        seen[s.seq] = s.rows
+            except EpicError:
+                pass
+            total += sum(seen.values())
+        return total
+
+    def doc(self, state: str, elapsed: float, error: str | None = None) -> dict:
+        from epic.spark.offsets import offsets_from_progress, source_late_rows
+        from epic.spark.tasks import node_late_rows
+
+        plan = self.plan
+        nodes = {}
+        for name, q in self.queries.items():
+            p = self.last.get(name) or {}
+            offs = offsets_from_progress(p)
+            wms = [o.watermark for o in offs if o.watermark is not None]
+            first = name.split("~")[0]   # siblings: the first group's outputs
+            node = plan.t.nodes.get(first.split("+")[-1])
+            rows_out = None
+            if node is not None and not isinstance(node, SinkNode):
+                rows_out = self._topic_rows(node, first.replace("+", "__"))
+            nodes[name] = {
+                "kind": node.kind if node is not None else "?",
+                "mode": "fused" if "+" in name else plan.modes.get(name, node.kind if node
+                                                                      else "?"),
+                "rows_in": self._rows_in(name),
+                "rows_out": rows_out,
+                "rows_per_s": round(float(p.get("processedRowsPerSecond") or 0.0), 1),
+                "batch_ms": (p.get("durationMs") or {}).get("triggerExecution"),
+                "batches": len(self.rows_in.get(name, {})),
+                "busy_ms": sum(self.busy.get(name, {}).values()),
+                "watermark": min(wms) if wms else None,
+                "ended": bool(offs) and all(o.eos for o in offs),
+                "active": bool(q.isActive),
+            }
+        late = {}
+        if state != "running":
+            # rows behind the watermark, per window node (the clock's counts in the snapshots)
+            for n in plan.t.nodes.values():
+                if isinstance(n, WindowNode):
+                    late[n.name] = node_late_rows(plan.state_dir(n))
+            # rows behind a slack/punctuation source's watermark (counted by its planner)
+            for name in self.queries:
+                late.update(source_late_rows(self.last.get(name)))
+        return {"topology": plan.t.name, "state": state, "pid": os.getpid(),
+                "elapsed_s": round(elapsed, 3), "updated": _time.time(), "error": error,
+                "nodes": nodes, "late_rows": late}
+
+
+def status_table(doc: dict):
+    """A rich table of a status document."""
+    from rich.table import Table
+
+    tab = Table(title=f"{doc.get('topology')}: {doc.get('state')} {doc.get('elapsed_s', 0):.1f} s",
+                title_justify="left")
+    for col in ("node", "kind", "rows in", "rows out", "rows/s", "batch ms", "watermark", "state"):
+        tab.add_column(col, justify="left" if col in ("node", "kind", "state") else "right")
+    for name, n in doc.get("nodes", {}).items():
+        tab.add_row(name, str(n.get("mode") or n.get("kind")), f"{n['rows_in']:,}",
+                    "-" if n.get("rows_out") is None else f"{n['rows_out']:,}",
+                    f"{n['rows_per_s']:,.0f}", str(n.get("batch_ms") or "-"),
+                    "-" if n.get("watermark") is None else str(n["watermark"]),
+                    "ended" if n.get("ended") else ("running" if n.get("active") else "stopped"))
+    return tab
