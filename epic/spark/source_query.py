@@ -147,6 +147,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
         prefetch: read a bounded source on a background thread too, ahead of the planner
             (``--io direct``: parsing overlaps the tasks of the previous micro-batch).
     """
+    from epic.replay import entry_times
     from epic.timecore import closing_watermark, source_watermark
 
     src = node.source
@@ -155,7 +156,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
     lateness = src.lateness_ticks()
     time_col = src.time
     source_id = f"source:{node.name}"
-    bounded = bool(getattr(src, "bounded", True))
+    bounded = not src.live   # a paced replay: plan what has arrived, as for a live source
     from epic.spark.tags import POS
 
     out_schema = schema.append(pa.field(POS, pa.int64())) if position else schema
@@ -276,9 +277,7 @@ def make_source_data_source(node, *, name: str, schema: pa.Schema, source_index:
                 return True
             b = item
             if entry:
-                now = _time.time_ns()
-                b = b.append_column(ENTRY_COLUMN, pa.array(np.full(b.num_rows, now,
-                                                                    dtype=np.int64)))
+                b = b.append_column(ENTRY_COLUMN, entry_times(b, _time.time_ns))
             b = pa.RecordBatch.from_arrays(b.columns, schema=user_schema)
             times = b.column(time_col)
             if times.null_count:
