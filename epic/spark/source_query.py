@@ -95,7 +95,7 @@ class _Items:
                 return next(self._it)
             except StopIteration:
                 return StopIteration
-        deadline = _time.monotonic() + (30.0 if block else 0.05)
+        deadline = _time.monotonic() + (30.0 if block else 0.0)  # live: what has arrived
         with self._cv:
             while not self._q:
                 left = deadline - _time.monotonic()

@@ -46,3 +46,42 @@ def test_paced_deploy_equals_unpaced_run(spark, tmp_path):
     assert entry.max() - entry.min() >= 1.9e9
     write = r.column("write_time").to_numpy()
     assert np.all(write >= entry)
+
+
+def test_planner_takes_what_has_arrived():
+    """No JVM: the source planner of a paced source plans the rows released so far at each
+    call and never waits to fill ``batch_rows`` (a live feed's micro-batch is what arrived since
+    the last trigger), and every planned row was released before it was planned."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from epic.spark.source_query import make_source_data_source
+    from epic.spark.tags import topic_schema
+
+    speed = 10.0   # 6 s of event time in 0.6 s
+    topo, rows = _topology(speed, delays=True)
+    node = topo.nodes["events"]
+    cls = make_source_data_source(node, name="x", schema=topic_schema(node.output.schema),
+                                  source_index=0, n_sources=1, batch_rows=1_000_000,
+                                  parallelism=1, prefetch=True)
+    reader = cls({}).streamReader(None)
+    start = reader.initialOffset()
+    sizes, began = [], time.time_ns()
+    while True:
+        time.sleep(0.1)     # Spark's trigger interval
+        end = reader.latestOffset(start, ReadMaxRows(1_000_000))
+        planned_at = time.time_ns()
+        if end["seq"] == start["seq"] and end.get("eos"):
+            break
+        batches = reader.planned(start, end)
+        n = sum(b.num_rows for b in batches)
+        if n:
+            entry = np.concatenate([b.column("_entry").to_numpy() for b in batches])
+            assert entry.max() <= planned_at, "a row was planned before its release time"
+        sizes.append(n)
+        reader.commit(end)
+        start = end
+    took = (time.time_ns() - began) / 1e9
+    assert sum(sizes) == len(rows)
+    assert 0.55 <= took < 3.0
+    assert len([s for s in sizes if s]) >= 4, f"micro-batch sizes {sizes}: not paced"
+    assert max(sizes) < len(rows) / 2
