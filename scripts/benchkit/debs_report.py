@@ -228,8 +228,10 @@ def print_tables(console, results: dict) -> None:
 
 def delay_cases(results: dict) -> list[dict]:
     """The cases whose delays are shown: the all-queries cases (``all``, ``all@run``) that ran,
-    else the first case run."""
+    else the first case run; with a delay target (a paced run) every case that ran."""
     cases = [r for r in results["cases"] if r.get("streams")]
+    if results.get("delay_target_ms") is not None:
+        return cases
     alls = [r for r in cases if split_case(r["case"])[0] == "all"]
     return alls or cases[:1]
 
