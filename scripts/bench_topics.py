@@ -7,6 +7,8 @@ before any timing):
 
 * ``chain``: source -> map -> filter -> map -> Parquet sink, ``--rows`` rows in 1 M-row batches;
   per stateless hop: rows / (sum of that query's micro-batch durations);
+* ``single``: source -> map -> Parquet sink: one stateless hop (fewer queries sharing the cores;
+  shown, not checked);
 * ``stateful 16`` / ``stateful 10000``: source -> keyed 1 s tumbling count window -> sink, with 16
   and 10 000 keys; the same rate for the window hop, and its microseconds per row;
 * CPU-us per row per hop: CPU time of the machine (``/proc/stat``, ``benchkit.proc``) during the
@@ -21,7 +23,9 @@ also does the source and sink work); the latency case then runs fused.
 
 Per hop it also shows micro-batches, ms per micro-batch and where the busy time goes (Spark's
 ``durationMs`` phases, collected by a ``StreamingQueryListener``: ``addBatch`` runs the tasks,
-``latestOffset`` plans, ``walCommit`` / ``commitOffsets`` write Spark's logs).
+``latestOffset`` plans, ``walCommit`` / ``commitOffsets`` write Spark's logs), and per case the
+CPU seconds of the benchmark's process tree by process kind (JVM, query planners, task workers,
+commit runners, the processes Spark starts for each query's data sources; sampled every 0.5 s).
 
 Targets (issue 16, point 3): >= 1 M rows/s per stateless hop at 1 M-row batches, stateful hop
 <= 1 us/row at 16 keys, checked on the unfused hops (on the fused ones when only ``--fuse on``
@@ -54,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import topics_report as report  # noqa: E402
-from benchkit.proc import machine_cpu_seconds, uptime  # noqa: E402
+from benchkit.proc import cpu_by_pid, machine_cpu_seconds, uptime  # noqa: E402
 
 import epic  # noqa: E402
 
@@ -87,6 +91,18 @@ def chain_topology(rows: int, out: str):
                                      "v": epic.pc.add(b["v"], 1.0)})
     t.sink("out", c, epic.parquet_sink(out))
     return t, ["scale", "keep", "shift"]
+
+
+def single_topology(rows: int, out: str):
+    """source -> one map -> Parquet sink: one stateless hop, with less company on the two cores
+    than the chain's three (tells a hop's own cost from waiting for a core)."""
+    t = epic.Topology("bench_single")
+    s = t.source("src", epic.iterator_source(_batches(rows, 16), schema=SCHEMA, time="ts",
+                                             unit="ms", batch_rows=1_000_000))
+    a = t.map("scale", s, lambda b: {"key": b["key"], "ts": b["ts"],
+                                     "v": epic.pc.multiply(b["v"], 2.0)})
+    t.sink("out", a, epic.parquet_sink(out))
+    return t, ["scale"]
 
 
 def stateful_topology(rows: int, keys: int, out: str):
@@ -136,16 +152,93 @@ class Phases:
         return self.by_query.pop(name, {}), self.batches.pop(name, 0)
 
 
-def run_case(spark, phases, base, name, topo_hops, rows, fuse=False) -> list[dict]:
+def process_kind(pid: int) -> str:
+    """What a process of this benchmark's tree is, from its command line."""
+    if pid == os.getpid():
+        return "driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "ended"
+    if not cmd.strip():
+        return "ended"    # a zombie: ended, not yet reaped
+    if "java" in cmd.split(" ")[0]:
+        return "JVM"
+    if "streaming_source_runner" in cmd:
+        return "query planners"    # every query's Python data source planner
+    if "streaming_sink_runner" in cmd:
+        return "sink commit runners"
+    if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+        words = cmd.split()
+        mod = words[-1].rsplit(".", 1)[-1] if words[-1].startswith("pyspark.sql.") else ""
+        # plain daemon forks run the tasks; the data source daemons start queries and writers
+        return f"Python {mod}" if mod else "Python task workers"
+    return "other: " + " ".join(cmd.split(" ")[:3])[:60]
+
+
+class CpuWatch:
+    """Samples the benchmark's process tree every ``every`` s: each process's CPU seconds as last
+    seen and its kind as first seen (so short-lived query processes count too)."""
+
+    def __init__(self, every: float = 0.5):
+        self.every = every
+        self.seen: dict[int, list] = {}      # pid -> [cpu s, kind]
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        for p, c in cpu_by_pid(os.getpid()).items():
+            if p in self.seen:
+                self.seen[p][0] = max(self.seen[p][0], c)
+            else:
+                self.seen[p] = [c, process_kind(p)]
+
+    def _loop(self):
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def start(self) -> CpuWatch:
+        self.sample()
+        self._t.start()
+        return self
+
+    def snapshot(self) -> dict[int, tuple[float, str]]:
+        self.sample()
+        return {p: (c, k) for p, (c, k) in self.seen.items()}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def cpu_by_kind(before: dict, after: dict) -> dict[str, list]:
+    """``{kind: [CPU seconds, processes]}`` between two snapshots, for the processes that used
+    CPU (a process reaped in between is missed: its CPU is not in ``after``; an ended one not
+    yet reaped counts as ``ended``)."""
+    out: dict[str, list] = {}
+    for p, (c, kind) in after.items():
+        old = before.get(p)
+        if old is not None and kind == "ended":
+            kind = old[1]
+        d = c - (old[0] if old else 0.0)
+        if d > 0.005:
+            acc = out.setdefault(kind, [0.0, 0])
+            acc[0] = round(acc[0] + d, 2)
+            acc[1] += 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][0]))
+
+
+def run_case(spark, phases, watch, base, name, topo_hops, rows, fuse=False) -> list[dict]:
     from epic.spark.runtime import deploy
 
     t, hops = topo_hops
     n_hops = len(hops)
     phases.by_query.clear()
-    cpu0 = machine_cpu_seconds()
+    cpu0, snap0 = machine_cpu_seconds(), watch.snapshot()
     r = deploy(t, os.path.join(base, name.replace(" ", "_")), spark=spark, timeout=3600,
                fuse=fuse, batch_rows=BATCH_ROWS)
     cpu = machine_cpu_seconds() - cpu0
+    kinds = cpu_by_kind(snap0, watch.snapshot())
     time.sleep(0.5)   # the listener's last progress events arrive asynchronously
     if fuse:
         # One query runs source, hops and sink: its busy time is charged as one hop (conservative).
@@ -164,7 +257,8 @@ def run_case(spark, phases, base, name, topo_hops, rows, fuse=False) -> list[dic
                     "rows_per_s": n_in / busy if busy else None,
                     "us_per_row": busy * 1e6 / max(1, n_in),
                     "cpu_us_per_row_hop": cpu * 1e6 / (rows * (n_hops + 2)),
-                    "wall_s": r.seconds, "phases_ms": ph})
+                    "wall_s": r.seconds, "phases_ms": ph, "machine_cpu_s": round(cpu, 2),
+                    "cpu_by_kind": kinds})
     return res
 
 
@@ -227,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(results, indent=1))
         print(f"results: {args.json}")
     print(report.table_text(results))
+    for line in report.cpu_lines(results):
+        print(line)
     lat = report.latency_line(results)
     if lat:
         print("\n" + lat)
@@ -247,6 +343,7 @@ def measure(args, argv) -> dict:
     base = tempfile.mkdtemp(prefix="bench_topics_")
     spark = build_session("local[2]", app_name="bench_topics")
     phases = Phases(spark)
+    watch = CpuWatch().start()
     results = {
         "argv": ".venv/bin/python scripts/bench_topics.py "
                 + shlex.join(sys.argv[1:] if argv is None else argv),
@@ -262,6 +359,7 @@ def measure(args, argv) -> dict:
 
     def cases(tag):
         return [("chain", chain_topology(args.rows, os.path.join(base, f"chain{tag}.parquet"))),
+                ("single", single_topology(args.rows, os.path.join(base, f"one{tag}.parquet"))),
                 ("stateful 16", stateful_topology(args.rows, 16,
                                                   os.path.join(base, f"s16{tag}.parquet"))),
                 ("stateful 10000", stateful_topology(args.rows, 10_000,
@@ -270,7 +368,7 @@ def measure(args, argv) -> dict:
     runs = [(f"{name} --fuse" if fuse else name, th, fuse)
             for fuse in variants for name, th in cases("_fused" if fuse else "")]
     for name, th, fuse in runs:
-        for h in run_case(spark, phases, base, name, th, args.rows, fuse):
+        for h in run_case(spark, phases, watch, base, name, th, args.rows, fuse):
             results["hops"].append(h)
             print(f"  {h['case']} {h['hop']}: {h['rows_per_s'] or 0:,.0f} rows/s, "
                   f"{h['us_per_row']:.2f} us/row, {h['batches']} batches", flush=True)
@@ -280,6 +378,8 @@ def measure(args, argv) -> dict:
                               "fused": variants[-1], "rows": n, "p50_s": p50, "p99_s": p99}
     results["load_end"] = uptime()
     spark.streams.removeListener(phases.listener)
+    watch.stop()
+    spark.stop()
     shutil.rmtree(base, ignore_errors=True)
     return results
 
