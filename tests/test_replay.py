@@ -207,3 +207,16 @@ def test_csv_and_parquet_sources_pace(tmp_path):
         assert time.perf_counter() - t >= 2.99 / 30 * 0.95, src.describe()
         assert [r for b in out for r in b.to_pylist()] == rows
         assert all(RELEASE_KEY in b.schema.metadata for b in out)
+
+
+def test_topic_source_paces(tmp_path):
+    from epic.topics import Topic
+
+    d = tmp_path / "t"
+    topic = Topic.create(d, pa.schema([("ts", pa.int64())]), time_column="ts", time_unit="ms")
+    topic.append([pa.record_batch({"ts": list(range(0, 300, 10))})], producer="p", batch_id=0)
+    src = epic.topic_source(d, replay_speed=1)
+    assert src.live and src.bounded and src.replay_speed == 1.0
+    t = time.perf_counter()
+    assert sum(b.num_rows for b in src.open()) == 30
+    assert time.perf_counter() - t >= 0.29 * 0.95
