@@ -57,7 +57,8 @@ __all__ = ["DebsOptions", "build_topology", "OUTPUT_FILES", "Q3_OUT_SCHEMA", "Li
            "grid_name", "QUERIES"]
 
 QUERIES = ("q1", "q2", "q3", "q4")
-
+#: The output formats of the 15 streams (``DebsOptions.format``).
+OUTPUT_FORMATS = ("csv", "parquet")
 
 
 def q3_out_schema(config: Q3Config = Q3Config()) -> pa.Schema:
@@ -100,7 +101,13 @@ class DebsOptions:
         dead_letter: the dead-letter CSV (lenient mode); default ``<out>/dead-letter.csv``.
         delays: EPIC's delay logging: every output row starts with the wall-clock arrival time of
             the newest input row behind it and its write time (ns).
-        parquet: also write each stream as ``<name>.parquet``.
+        format: ``"csv"`` (default): each stream to ``<name>.csv``; ``"parquet"``: to
+            ``<name>.parquet`` instead (one file per stream, complete when the run ends; the same
+            columns, delay columns included).
+        replay_speed: None: read the game as fast as it parses; a number: replay it paced by
+            event time, this many times faster than real time (1 = real time; the event reader's
+            ``replay_speed``, :mod:`epic.replay`). The referee markers are not paced (the merge
+            holds them until the events' time passes them).
         queries: the queries to build (a subset of ``q1 q2 q3 q4``; for per-query benchmarks).
         scope: ``"halves"``: drop sensor rows outside the two halves (spec §1.4, default);
             ``"all"``: keep every row (origins move 125 s before kick-off).
@@ -132,7 +139,8 @@ class DebsOptions:
     lenient: bool = False
     dead_letter: str | None = None
     delays: bool = False
-    parquet: bool = False
+    format: str = "csv"
+    replay_speed: float | None = None
     queries: tuple[str, ...] = QUERIES
     scope: str = "halves"
     q1_interruptions: str = "ignore"
@@ -649,6 +657,8 @@ def _window_spec(length, period_ps: int, origin: int):
 
 def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") -> epic.Topology:
     """The DEBS 2013 topology for ``opts`` (see the module docstring for the graph)."""
+    if opts.format not in OUTPUT_FORMATS:
+        raise SpecError(f"debs2013: format={opts.format!r}; use one of {', '.join(OUTPUT_FORMATS)}")
     t = epic.Topology(name, delay_logging=opts.delays)
     roster = Roster.from_metadata(read_metadata(opts.metadata) if opts.metadata else None)
     referee = opts.referee_events or str(shared_dir() / "referee-events")
@@ -681,7 +691,7 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
             else None)
     raw = t.source("event_reader", epic.csv_source(
         opts.input, SENSOR_SCHEMA, time="ts", unit="ps", mode=mode, dead_letter=dead,
-        batch_rows=opts.batch_rows))
+        batch_rows=opts.batch_rows, replay_speed=opts.replay_speed))
     events = t.map("mark_events", raw, with_markers, schema=GAME_SCHEMA)
     span = data_span(opts.input) if opts.trim_markers else None
     interrupts = t.source("interrupt_reader", epic.iterator_source(
@@ -778,8 +788,6 @@ class _Sinks:
 
     def add(self, name: str, stream: epic.Stream, columns) -> None:
         o = self.opts
-        self.t.sink(f"{name}_csv", stream, epic.csv_sink(
-            os.path.join(o.out, f"{name}.csv"), columns=list(columns), delays=o.delays))
-        if o.parquet:
-            self.t.sink(f"{name}_parquet", stream, epic.parquet_sink(
-                os.path.join(o.out, f"{name}.parquet"), columns=list(columns), delays=o.delays))
+        make = epic.parquet_sink if o.format == "parquet" else epic.csv_sink
+        self.t.sink(f"{name}_{o.format}", stream, make(
+            os.path.join(o.out, f"{name}.{o.format}"), columns=list(columns), delays=o.delays))

@@ -35,6 +35,7 @@ from .driver import NodeDriver
 from .operators import build as build_operator
 from .errors import EpicError
 from .operator import ENTRY_COLUMN
+from .replay import entry_times
 from .sources import Watermark
 from .timecore import closing_watermark, source_watermark
 from .topology import (MergeNode, Node, SinkNode, SourceNode, SplitNode, Stream, Topology)
@@ -187,9 +188,7 @@ class _Engine:
     # -- sources -------------------------------------------------------------------------------
     def source_batch(self, node: SourceNode, batch: pa.RecordBatch, state: dict):
         if self.t.delay_logging or ENTRY_COLUMN in node.output.schema.names:
-            now = self.clock()
-            batch = batch.append_column(ENTRY_COLUMN,
-                                        pa.array(np.full(batch.num_rows, now, dtype=np.int64)))
+            batch = batch.append_column(ENTRY_COLUMN, entry_times(batch, self.clock))
         if not batch.schema.equals(node.output.schema):
             batch = pa.RecordBatch.from_arrays(batch.columns, schema=node.output.schema)
         times = batch.column(node.source.time)

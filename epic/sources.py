@@ -3,7 +3,9 @@
 Sources are frozen configs; :meth:`Source.open` starts a fresh read and returns a
 :class:`SourceReader` (an iterable of ``pyarrow.RecordBatch`` with counters). Runtimes stamp the
 ``_entry`` column and emit watermarks (the largest event time seen, minus ``lateness``, and a final
-``max + 1`` before the end); sources themselves never read the clock. ``slack=`` and
+``max + 1`` before the end); sources themselves never read the clock, except a paced replay:
+``replay_speed=`` (every source) releases rows at the wall time their event time says
+(:mod:`epic.replay`), and its rows' ``_entry`` stamps are their scheduled release times. ``slack=`` and
 ``punctuation=`` (every source) make the runtimes re-order the source's rows through
 :class:`epic.timecore.Reorderer` (docs/windows.md, "Slack and punctuation").
 
@@ -70,10 +72,27 @@ class Source:
     slack: Any = None
     punctuation: str | None = None
     late_file: str | None = None
+    replay_speed: float | None = None
 
     def open(self) -> SourceReader:
         """Start reading from the beginning."""
         raise NotImplementedError
+
+    @property
+    def live(self) -> bool:
+        """Rows arrive over time (an unbounded source, or a paced replay): a runtime takes what
+        has arrived and never waits to fill a batch."""
+        return not self.bounded or self.replay_speed is not None
+
+    def _paced(self, reader: SourceReader) -> SourceReader:
+        """``reader`` released at event-time pace with ``replay_speed`` (:mod:`epic.replay`),
+        or as it is without one."""
+        if self.replay_speed is None:
+            return reader
+        from .replay import paced
+
+        return SourceReader(paced(reader, self.time, self.unit, self.replay_speed),
+                            lambda: reader.stats)
 
     def describe(self) -> str:
         return type(self).__name__
@@ -120,6 +139,9 @@ def _check_common(src: Source, what: str):
                 not pa.types.is_boolean(src.schema.field(src.punctuation).type):
             raise SpecError(f"{what}: punctuation={src.punctuation!r} must name a bool column of "
                             f"the schema {src.schema.names}")
+    from .replay import check_speed
+
+    object.__setattr__(src, "replay_speed", check_speed(src.replay_speed, f"{what}: replay_speed"))
     if src.late_file is not None:
         if slack is None and src.punctuation is None:
             raise SpecError(f"{what}: late_file is only used with slack= or punctuation=")
@@ -172,6 +194,7 @@ class CsvSource(Source):
     slack: Any = None
     punctuation: str | None = None
     late_file: str | None = None
+    replay_speed: float | None = None
 
     def __post_init__(self):
         _check_common(self, "csv_source")
@@ -205,7 +228,7 @@ class CsvSource(Source):
                 out["bad_lines"] = dict(st.bad_lines)
                 out["dead_letter"] = st.dead_letter
             return out
-        return SourceReader(reader, stats)
+        return self._paced(SourceReader(reader, stats))
 
     def describe(self):
         return f"csv {os.path.basename(self.path)}"
@@ -214,7 +237,8 @@ class CsvSource(Source):
 def csv_source(path: str | os.PathLike, schema, *, time: str, unit: str, header: bool = False,
                delimiter: str = ",", mode: str = "strict", dead_letter: str | None = None,
                batch_rows: int = 1 << 16, lateness=0, slack=None,
-               punctuation: str | None = None, late_file=None) -> CsvSource:
+               punctuation: str | None = None, late_file=None,
+               replay_speed: float | None = None) -> CsvSource:
     """A CSV file with an explicit schema, read in batches by :mod:`epic.csvio`.
 
     Args:
@@ -236,6 +260,10 @@ def csv_source(path: str | os.PathLike, schema, *, time: str, unit: str, header:
             their time advances the watermark. With punctuation and no slack, only
             punctuations (and the end) advance time. See docs/windows.md.
         late_file: CSV file for the late rows of slack/punctuation, with a ``_reason`` column.
+        replay_speed: replay the file paced by event time, ``replay_speed`` times faster than
+            real time (1: real time): a row with event time ``t`` is released at
+            ``start + (t - t0) / replay_speed`` wall time (:mod:`epic.replay`; every source
+            takes it). None (default): as fast as it can be read.
 
     Example:
         >>> src = csv_source("game.csv", {"sid": "int64", "ts": "int64", "x": "int64"},
@@ -245,7 +273,7 @@ def csv_source(path: str | os.PathLike, schema, *, time: str, unit: str, header:
     """
     return CsvSource(os.fspath(path), schema, time, unit, header, delimiter, mode,
                      None if dead_letter is None else os.fspath(dead_letter), batch_rows, lateness,
-                     slack, punctuation, late_file)
+                     slack, punctuation, late_file, replay_speed)
 
 
 @dataclass(frozen=True)
@@ -262,6 +290,7 @@ class ParquetSource(Source):
     slack: Any = None
     punctuation: str | None = None
     late_file: str | None = None
+    replay_speed: float | None = None
 
     def __post_init__(self):
         if self.schema is None:
@@ -292,7 +321,7 @@ class ParquetSource(Source):
                     yield pa.RecordBatch.from_arrays(
                         [b.column(n).cast(f.type) for n, f in zip(names, self.schema)],
                         schema=self.schema)
-        return SourceReader(batches(), lambda: {"rows": count[0]})
+        return self._paced(SourceReader(batches(), lambda: {"rows": count[0]}))
 
     def describe(self):
         return f"parquet {os.path.basename(self.path)}"
@@ -300,7 +329,8 @@ class ParquetSource(Source):
 
 def parquet_source(path: str | os.PathLike, *, time: str, unit: str, schema=None,
                    columns=None, batch_rows: int = 1 << 16, lateness=0, slack=None,
-                   punctuation: str | None = None, late_file=None) -> ParquetSource:
+                   punctuation: str | None = None, late_file=None,
+                   replay_speed: float | None = None) -> ParquetSource:
     """A Parquet file (or directory); the schema is read from the file unless given.
 
     Example:
@@ -312,7 +342,7 @@ def parquet_source(path: str | os.PathLike, *, time: str, unit: str, schema=None
     """
     return ParquetSource(os.fspath(path), schema, time, unit,
                          None if columns is None else tuple(columns), batch_rows, lateness,
-                         slack, punctuation, late_file)
+                         slack, punctuation, late_file, replay_speed)
 
 
 @dataclass(frozen=True)
@@ -329,6 +359,7 @@ class TopicSource(Source):
     slack: Any = None
     punctuation: str | None = None
     late_file: str | None = None
+    replay_speed: float | None = None
 
     def __post_init__(self):
         from .topics import Topic
@@ -377,7 +408,7 @@ class TopicSource(Source):
                 if ended or not self.follow:
                     return
                 _time.sleep(self.poll_seconds)
-        return SourceReader(batches(), lambda: {"rows": count[0]})
+        return self._paced(SourceReader(batches(), lambda: {"rows": count[0]}))
 
     def describe(self):
         return f"topic {os.path.basename(os.path.normpath(self.path))}"
@@ -385,7 +416,8 @@ class TopicSource(Source):
 
 def topic_source(path: str | os.PathLike, *, schema=None, time: str | None = None,
                  unit: str | None = None, follow: bool = False, lateness=0, slack=None,
-                 punctuation: str | None = None, late_file=None) -> TopicSource:
+                 punctuation: str | None = None, late_file=None,
+                 replay_speed: float | None = None) -> TopicSource:
     """An Arrow topic; schema, time column and unit come from its manifest unless given.
 
     With ``follow=False`` (default) it reads the segments visible when the read starts (bounded);
@@ -400,7 +432,7 @@ def topic_source(path: str | os.PathLike, *, schema=None, time: str | None = Non
         ('ts', 'us')
     """
     return TopicSource(os.fspath(path), schema, time, unit, follow, 0.2, lateness, slack,
-                       punctuation, late_file)
+                       punctuation, late_file, replay_speed)
 
 
 @dataclass(frozen=True)
@@ -431,6 +463,7 @@ class IteratorSource(Source):
     slack: Any = None
     punctuation: str | None = None
     late_file: str | None = None
+    replay_speed: float | None = None
 
     def __post_init__(self):
         _check_common(self, "iterator_source")
@@ -474,7 +507,7 @@ class IteratorSource(Source):
             if rows:
                 count[0] += len(rows)
                 yield self._rows(rows)
-        return SourceReader(batches(), lambda: {"rows": count[0]})
+        return self._paced(SourceReader(batches(), lambda: {"rows": count[0]}))
 
     def _rows(self, rows: list[dict]) -> pa.RecordBatch:
         try:
@@ -519,7 +552,8 @@ def _to_batches(item, schema: pa.Schema) -> list[pa.RecordBatch]:
 
 def iterator_source(items, *, schema, time: str, unit: str, bounded: bool = True,
                     batch_rows: int = 4096, lateness=0, slack=None,
-                    punctuation: str | None = None, late_file=None) -> IteratorSource:
+                    punctuation: str | None = None, late_file=None,
+                    replay_speed: float | None = None) -> IteratorSource:
     """Python data: a list, or a function returning an iterable (e.g. a generator function).
 
     Items are row dicts (grouped into batches of ``batch_rows``), ``{column: array}`` dicts,
@@ -535,4 +569,4 @@ def iterator_source(items, *, schema, time: str, unit: str, bounded: bool = True
         [3]
     """
     return IteratorSource(items, schema, time, unit, bounded, batch_rows, lateness, slack,
-                          punctuation, late_file)
+                          punctuation, late_file, replay_speed)

@@ -22,7 +22,13 @@ The floor (a peer in the same run): a plain pyarrow streaming parse of the same 
 (``pyarrow.csv.open_csv``, 13 int64 columns, no header): wall s and rows/s.
 
 Targets: the ``all`` case finishes within ``--target-seconds`` (default 600 s = 10 min); every run
-succeeds. A run killed at ``--timeout`` (or because free disk fell below ``--min-free-gb``) counts
+succeeds. With ``--replay-speed S`` the game is replayed paced by event time (the topology's
+``--replay-speed``, epic/replay.py: S times real time), so the delays are those of a live feed
+(a row's ``entry_time`` is its scheduled arrival); then the streams of ``--delay-queries``
+(default q2, q4) must have p99 delay <= ``--delay-target-ms`` (default 500 ms), and a stream
+without rows counts as a miss (nothing was measured). ``--slice-minutes M`` runs on the first
+``M`` minutes of half ``--slice-half`` of the input (written next to it once), so a paced run
+takes ``M / S`` minutes rather than the whole game's. A run killed at ``--timeout`` (or because free disk fell below ``--min-free-gb``) counts
 as a miss. Exit 1 when a target is missed, 2 on a usage / environment error (missing input and no
 way to generate it, too little disk).
 
@@ -33,6 +39,9 @@ process as last sampled) and busy CPU seconds of the whole machine during the ru
     .venv/bin/python scripts/bench_debs.py --minutes 0.5 --cases all   # quick check
     .venv/bin/python scripts/bench_debs.py --input data/slice6m.csv --runtime run --cases q1,all
     .venv/bin/python scripts/bench_debs.py --from-json out/bench_debs/results.json  # re-print
+    # real-time delays: a 2-minute slice replayed at real time through epic deploy
+    .venv/bin/python scripts/bench_debs.py --minutes 2 --slice-minutes 2 --replay-speed 1 \
+        --cases all --no-floor --out-root out/bench_debs_rt
 
 Outputs go to ``<out-root>/<case>`` and Spark work directories to ``<work-root>/<case>`` (both fresh
 per run, deleted after measuring unless ``--keep``); results to ``<out-root>/results.json``.
@@ -186,6 +195,30 @@ def scan_game_seconds(path: Path) -> np.ndarray:
                             dtype=np.int64))
 
 
+def slice_game(src: Path, dst: Path, half: int, minutes: float) -> int:
+    """Write the rows of ``src`` with event time in the first ``minutes`` of half ``half``
+    (from its kick-off, ``debs2013/constants.py``) to ``dst``, same format; returns the rows.
+    A contiguous stretch of play: a paced replay of it never waits through the half-time gap."""
+    lo = HALF_STARTS[half - 1]
+    hi = lo + int(round(minutes * 60 * C.PS_PER_S))
+    ro = pacsv.ReadOptions(column_names=SENSOR_COLUMNS, block_size=16 << 20)
+    co = pacsv.ConvertOptions(column_types={c: pa.int64() for c in SENSOR_COLUMNS})
+    tmp = dst.with_name(dst.name + ".tmp")
+    rows = 0
+    with pacsv.open_csv(src, read_options=ro, convert_options=co) as r, \
+            pacsv.CSVWriter(tmp, r.schema, write_options=pacsv.WriteOptions(
+                include_header=False, quoting_style="none")) as w:
+        for b in r:
+            ts = b.column(1)
+            keep = pa.compute.and_(pa.compute.greater_equal(ts, lo), pa.compute.less(ts, hi))
+            part = b.filter(keep)
+            if part.num_rows:
+                w.write_batch(part)
+                rows += part.num_rows
+    os.replace(tmp, dst)
+    return rows
+
+
 def game_done(starts: np.ndarray, watermark: int | None) -> int | None:
     """Game seconds (of ``starts``, see :func:`scan_game_seconds`) wholly before ``watermark``."""
     if watermark is None:
@@ -193,36 +226,48 @@ def game_done(starts: np.ndarray, watermark: int | None) -> int | None:
     return int(np.searchsorted(starts, int(watermark) - C.PS_PER_S, side="right"))
 
 
+def _delay_batches(path: Path):
+    """``(entry_time, write_time)`` batches of an output file, CSV or Parquet (by suffix)."""
+    cols = ["entry_time", "write_time"]
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        yield from pq.ParquetFile(path).iter_batches(columns=cols, batch_size=1 << 20)
+        return
+    ro = pacsv.ReadOptions(block_size=32 << 20)
+    co = pacsv.ConvertOptions(include_columns=cols,
+                              column_types={"entry_time": pa.int64(), "write_time": pa.int64()})
+    with pacsv.open_csv(path, read_options=ro, convert_options=co) as r:
+        yield from r
+
+
 def read_delays(path: Path, query: str, max_values: int) -> report.StreamDelay:
-    """Rows and delay percentiles of one output CSV (``entry_time, write_time`` first)."""
+    """Rows and delay percentiles of one output file, CSV or Parquet (``entry_time, write_time``
+    first)."""
     sd = report.StreamDelay(stream=path.name, query=query)
     if not path.is_file():
         sd.error = "missing"
         return sd
     sd.bytes = path.stat().st_size
     t0 = time.perf_counter()
-    ro = pacsv.ReadOptions(block_size=32 << 20)
-    co = pacsv.ConvertOptions(include_columns=["entry_time", "write_time"],
-                              column_types={"entry_time": pa.int64(), "write_time": pa.int64()})
     kept: list[np.ndarray] = []
     rows = 0
     stride = None
     vmax = None
     try:
-        with pacsv.open_csv(path, read_options=ro, convert_options=co) as r:
-            for b in r:
-                n = b.num_rows
-                if n == 0:
-                    continue
-                d = (b.column(1).to_numpy(zero_copy_only=False)
-                     - b.column(0).to_numpy(zero_copy_only=False))
-                if stride is None:   # rows estimated from the first block's bytes per row
-                    stride = sample_stride(sd.bytes / (min(sd.bytes, 32 << 20) / n), max_values)
-                m = int(d.max())
-                vmax = m if vmax is None else max(vmax, m)
-                first = (-rows) % stride       # global row index multiple of the stride
-                kept.append(d[first::stride] if stride > 1 else d)
-                rows += n
+        for b in _delay_batches(path):
+            n = b.num_rows
+            if n == 0:
+                continue
+            d = (b.column(1).to_numpy(zero_copy_only=False)
+                 - b.column(0).to_numpy(zero_copy_only=False))
+            if stride is None:   # rows estimated from the first block's bytes per row
+                stride = sample_stride(sd.bytes / (min(sd.bytes, 32 << 20) / n), max_values)
+            m = int(d.max())
+            vmax = m if vmax is None else max(vmax, m)
+            first = (-rows) % stride       # global row index multiple of the stride
+            kept.append(d[first::stride] if stride > 1 else d)
+            rows += n
     except (pa.ArrowInvalid, OSError) as e:   # a file cut by a kill: keep what was read
         sd.error = f"{type(e).__name__}: {str(e)[:120]}"
     sd.rows = rows
@@ -250,7 +295,8 @@ def _progress(doc: dict, runtime: str, n_sinks: int | None = None) -> tuple[dict
     if src:
         prog["source_rows"] = max(v.get("rows_in") or 0 for v in src.values())
     # Query names: nodes joined by "+", sibling queries end in "~<groups>" (docs/deploy.md).
-    sinks = {k: v for k, v in nodes.items() if k.split("~")[0].split("+")[-1].endswith("_csv")}
+    sinks = {k: v for k, v in nodes.items()
+             if k.split("~")[0].split("+")[-1].endswith(("_csv", "_parquet"))}
     wms = [v.get("watermark") for v in sinks.values()]
     covered = sum(int(k.split("~")[1]) if "~" in k else 1 for k in sinks)
     missing = sum(w is None for w in wms) + max(0, (n_sinks or 0) - covered)
@@ -291,6 +337,10 @@ def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[s
     topo = str(ROOT / "topologies" / "debs2013.py")
     params = ["--", "--input", str(args.input), "--out", str(out),
               "--queries", ",".join(case_queries(case)), "--delays"]
+    if getattr(args, "replay_speed", None):
+        params += ["--replay-speed", f"{args.replay_speed:g}"]
+    if getattr(args, "format", "csv") != "csv":
+        params += ["--format", args.format]
     if args.runtime == "deploy":
         cmd = [epic, "deploy", topo, "--workdir", str(work), "--no-progress"]
         if args.fuse:
@@ -398,7 +448,8 @@ def run_case(args, case: str, console) -> report.CaseResult:
     console.print(f"  {case}: {res.status} after {res.wall_s:.1f} s; reading delay columns")
     streams = []
     for fname in case_files(case):
-        sd = read_delays(out / fname, OUTPUT_FILES[fname][0], args.delay_max_values)
+        path = out / (fname if args.format == "csv" else Path(fname).stem + f".{args.format}")
+        sd = read_delays(path, OUTPUT_FILES[fname][0], args.delay_max_values)
         streams.append(asdict(sd))
     res.streams = streams
     res.rows_out = sum(s["rows"] or 0 for s in streams)
@@ -449,6 +500,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds between memory samples of the process tree (PSS reads cost "
                          "CPU: ~0.1 s per GB-sized process)")
     ap.add_argument("--print-every", type=float, default=60.0, help="progress line period, s")
+    ap.add_argument("--replay-speed", type=float, default=None,
+                    help="replay the game paced by event time, this many times real time (the "
+                         "topology's --replay-speed); checks the delay target")
+    ap.add_argument("--slice-minutes", type=float, default=None,
+                    help="run on the first M minutes of half --slice-half of the input")
+    ap.add_argument("--slice-half", type=int, choices=(1, 2), default=1)
+    ap.add_argument("--delay-target-ms", type=float, default=None,
+                    help="p99 delay target of the --delay-queries streams (default 500 with "
+                         "--replay-speed, else not checked)")
+    ap.add_argument("--delay-queries", default="q2,q4",
+                    help="queries whose streams the delay target applies to")
+    ap.add_argument("--format", choices=("csv", "parquet"), default="csv",
+                    help="the topology's output format (--format)")
     ap.add_argument("--from-json", type=Path, default=None,
                     help="re-print (and with --write-docs re-render) a results.json; run nothing")
     args = ap.parse_args(argv)
@@ -481,6 +545,20 @@ def main(argv: list[str] | None = None) -> int:
             if subprocess.run(gen, cwd=ROOT).returncode != 0:
                 console.print("[red]generating the game failed[/]")
                 return 2
+        if args.slice_minutes is not None:
+            sliced = args.input.with_name(f"{args.input.stem}-h{args.slice_half}-"
+                                          f"{args.slice_minutes:g}min.csv")
+            if not sliced.is_file():
+                n = slice_game(args.input, sliced, args.slice_half, args.slice_minutes)
+                console.print(f"sliced {sliced.name}: {n:,} rows")
+                if n == 0:
+                    console.print(f"[red]{args.input} has no rows in the first "
+                                  f"{args.slice_minutes:g} min of half {args.slice_half}[/]")
+                    sliced.unlink()
+                    return 2
+            args.input = sliced
+        if args.delay_target_ms is None and args.replay_speed:
+            args.delay_target_ms = 500.0
         fg = proc_tree.free_gb(args.out_root)
         console.print(f"free disk at {args.out_root}: {fg:.1f} GB (runs are killed below "
                       f"{args.min_free_gb} GB)")
@@ -499,7 +577,12 @@ def main(argv: list[str] | None = None) -> int:
             "load_start": load_start, "input": os.path.relpath(args.input, ROOT),
             "input_bytes": args.input.stat().st_size, "target_seconds": args.target_seconds,
             "runtime_label": args.runtime + (" --fuse" if args.fuse and args.runtime == "deploy"
-                                             else ""),
+                                             else "")
+                             + (f", replay {args.replay_speed:g}x" if args.replay_speed else "")
+                             + (f", {args.format}" if args.format != "csv" else ""),
+            "replay_speed": args.replay_speed, "format": args.format,
+            "delay_target_ms": args.delay_target_ms,
+            "delay_queries": [q.strip() for q in args.delay_queries.split(",") if q.strip()],
             "cases": [], "mem_every": args.mem_every,
         }
         if args.floor:
@@ -557,8 +640,11 @@ def main(argv: list[str] | None = None) -> int:
               for r in results["cases"]]
     misses = [(c, m) for c, m in misses if m is not None]
     misses += [(c, "not run (budget used up)") for c in results.get("not_run", [])]
+    misses += report.delay_misses(results)
     if not any(r["case"] == "all" for r in results["cases"]):
         console.print("[yellow]the all-queries case was not run: its target is not checked[/]")
+    for line in report.delay_verdicts(results):
+        console.print(line)
     if misses:
         for c, m in misses:
             console.print(f"[red]MISSED[/] {c}: {m}")

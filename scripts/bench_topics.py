@@ -1,10 +1,14 @@
 #!/usr/bin/env python
-"""Throughput and latency of epic deploy hops over Arrow topics (issue 4, section 7).
+"""Throughput and latency of epic deploy hops over Arrow topics (issues 4 and 16).
 
-Cases (one shared local[2] SparkSession, started before any timing):
+Runs ``epic deploy`` with its default I/O (``--io direct``: tasks read and write the topic files,
+Spark carries one commit message per task). Cases (one shared local[2] SparkSession, started
+before any timing):
 
 * ``chain``: source -> map -> filter -> map -> Parquet sink, ``--rows`` rows in 1 M-row batches;
   per stateless hop: rows / (sum of that query's micro-batch durations);
+* ``single``: source -> map -> Parquet sink: one stateless hop (fewer queries sharing the cores;
+  shown, not checked);
 * ``stateful 16`` / ``stateful 10000``: source -> keyed 1 s tumbling count window -> sink, with 16
   and 10 000 keys; the same rate for the window hop, and its microseconds per row;
 * CPU-us per row per hop: CPU time of the machine (``/proc/stat``, ``benchkit.proc``) during the
@@ -17,16 +21,30 @@ With ``--fuse both`` (default) every case also runs with ``epic deploy --fuse``:
 one query (``src+scale+keep+shift+out``), whose busy time is charged as ONE hop (conservative: it
 also does the source and sink work); the latency case then runs fused.
 
-Targets: >= 200 K rows/s per stateless hop (checked on the fused chain when it runs); stateful hop
-<= 6 us/row at 16 keys. Exit 1 if missed.
+Per hop it also shows micro-batches, ms per micro-batch and where the busy time goes (Spark's
+``durationMs`` phases, collected by a ``StreamingQueryListener``: ``addBatch`` runs the tasks,
+``latestOffset`` plans, ``walCommit`` / ``commitOffsets`` write Spark's logs), and per case the
+CPU seconds of the benchmark's process tree by process kind (JVM, query planners, task workers,
+commit runners, the processes Spark starts for each query's data sources; sampled every 0.5 s).
+
+Targets (issue 16, point 3): >= 1 M rows/s per stateless hop at 1 M-row batches, stateful hop
+<= 1 us/row at 16 keys, checked on the unfused hops (on the fused ones when only ``--fuse on``
+runs). Prints the table; exit 1 if a target is missed. Results go to ``--json``; ``--write-docs``
+regenerates the section of docs/performance.md between the ``bench_topics`` markers
+(``benchkit/topics_report.py``), also from a saved file with ``--from-json``.
 
     .venv/bin/python scripts/bench_topics.py [--rows 4000000] [--live-seconds 20] [--fuse both]
+    .venv/bin/python scripts/bench_topics.py --from-json out/bench_topics/results.json --write-docs
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
+import json
 import os
+import platform
+import shlex
 import shutil
 import sys
 import tempfile
@@ -39,16 +57,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchkit.proc import machine_cpu_seconds  # noqa: E402
-from benchkit.tables import text_table  # noqa: E402
+from benchkit import topics_report as report  # noqa: E402
+from benchkit.proc import cpu_by_pid, machine_cpu_seconds, uptime  # noqa: E402
 
 import epic  # noqa: E402
 
-STATELESS_TARGET = 200_000
-STATEFUL_US_TARGET = 6.0
+ROOT = Path(__file__).resolve().parent.parent
+STATELESS_TARGET = 1_000_000
+STATEFUL_US_TARGET = 1.0
+BATCH_ROWS = 1_000_000
 
 
-def _batches(rows: int, keys: int, batch: int = 1_000_000):
+def _batches(rows: int, keys: int, batch: int = BATCH_ROWS):
     def gen():
         for start in range(0, rows, batch):
             n = min(batch, rows - start)
@@ -73,6 +93,18 @@ def chain_topology(rows: int, out: str):
     return t, ["scale", "keep", "shift"]
 
 
+def single_topology(rows: int, out: str):
+    """source -> one map -> Parquet sink: one stateless hop, with less company on the two cores
+    than the chain's three (tells a hop's own cost from waiting for a core)."""
+    t = epic.Topology("bench_single")
+    s = t.source("src", epic.iterator_source(_batches(rows, 16), schema=SCHEMA, time="ts",
+                                             unit="ms", batch_rows=1_000_000))
+    a = t.map("scale", s, lambda b: {"key": b["key"], "ts": b["ts"],
+                                     "v": epic.pc.multiply(b["v"], 2.0)})
+    t.sink("out", a, epic.parquet_sink(out))
+    return t, ["scale"]
+
+
 def stateful_topology(rows: int, keys: int, out: str):
     t = epic.Topology(f"bench_state_{keys}")
     s = t.source("src", epic.iterator_source(_batches(rows, keys), schema=SCHEMA, time="ts",
@@ -82,22 +114,132 @@ def stateful_topology(rows: int, keys: int, out: str):
     return t, ["count"]
 
 
-def hop_rates(result, hops):
-    out = {}
-    for h in hops:
-        n = result.status["nodes"][h]
-        out[h] = n["rows_in"], n.get("busy_ms") or 0
-    return out
+class Phases:
+    """Spark's micro-batch phases (``durationMs``) per query name, summed over the micro-batches
+    with input (those the status' ``busy_ms`` counts), from a ``StreamingQueryListener``."""
+
+    def __init__(self, spark):
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.by_query: dict[str, dict[str, int]] = {}
+        self.batches: dict[str, int] = {}
+        phases = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                pass
+
+            def onQueryProgress(self, event):
+                p = event.progress
+                if not p.numInputRows:
+                    return
+                d = phases.by_query.setdefault(p.name, {})
+                phases.batches[p.name] = phases.batches.get(p.name, 0) + 1
+                for k, v in (p.durationMs or {}).items():
+                    d[k] = d.get(k, 0) + int(v)
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                pass
+
+        self.listener = _Listener()
+        spark.streams.addListener(self.listener)
+
+    def take(self, name: str) -> tuple[dict[str, int], int]:
+        """(summed phases in ms, micro-batches with input) of query ``name``."""
+        return self.by_query.pop(name, {}), self.batches.pop(name, 0)
 
 
-def run_case(spark, base, name, topo_hops, rows, fuse=False):
+def process_kind(pid: int) -> str:
+    """What a process of this benchmark's tree is, from its command line."""
+    if pid == os.getpid():
+        return "driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "ended"
+    if not cmd.strip():
+        return "ended"    # a zombie: ended, not yet reaped
+    if "java" in cmd.split(" ")[0]:
+        return "JVM"
+    if "streaming_source_runner" in cmd:
+        return "query planners"    # every query's Python data source planner
+    if "streaming_sink_runner" in cmd:
+        return "sink commit runners"
+    if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+        words = cmd.split()
+        mod = words[-1].rsplit(".", 1)[-1] if words[-1].startswith("pyspark.sql.") else ""
+        # plain daemon forks run the tasks; the data source daemons start queries and writers
+        return f"Python {mod}" if mod else "Python task workers"
+    return "other: " + " ".join(cmd.split(" ")[:3])[:60]
+
+
+class CpuWatch:
+    """Samples the benchmark's process tree every ``every`` s: each process's CPU seconds as last
+    seen and its kind as first seen (so short-lived query processes count too)."""
+
+    def __init__(self, every: float = 0.5):
+        self.every = every
+        self.seen: dict[int, list] = {}      # pid -> [cpu s, kind]
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        for p, c in cpu_by_pid(os.getpid()).items():
+            if p in self.seen:
+                self.seen[p][0] = max(self.seen[p][0], c)
+            else:
+                self.seen[p] = [c, process_kind(p)]
+
+    def _loop(self):
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def start(self) -> CpuWatch:
+        self.sample()
+        self._t.start()
+        return self
+
+    def snapshot(self) -> dict[int, tuple[float, str]]:
+        self.sample()
+        return {p: (c, k) for p, (c, k) in self.seen.items()}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def cpu_by_kind(before: dict, after: dict) -> dict[str, list]:
+    """``{kind: [CPU seconds, processes]}`` between two snapshots, for the processes that used
+    CPU (a process reaped in between is missed: its CPU is not in ``after``; an ended one not
+    yet reaped counts as ``ended``)."""
+    out: dict[str, list] = {}
+    for p, (c, kind) in after.items():
+        old = before.get(p)
+        if old is not None and kind == "ended":
+            kind = old[1]
+        d = c - (old[0] if old else 0.0)
+        if d > 0.005:
+            acc = out.setdefault(kind, [0.0, 0])
+            acc[0] = round(acc[0] + d, 2)
+            acc[1] += 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][0]))
+
+
+def run_case(spark, phases, watch, base, name, topo_hops, rows, fuse=False) -> list[dict]:
     from epic.spark.runtime import deploy
 
     t, hops = topo_hops
     n_hops = len(hops)
-    cpu0 = machine_cpu_seconds()
-    r = deploy(t, os.path.join(base, name), spark=spark, timeout=3600, fuse=fuse)
+    phases.by_query.clear()
+    cpu0, snap0 = machine_cpu_seconds(), watch.snapshot()
+    r = deploy(t, os.path.join(base, name.replace(" ", "_")), spark=spark, timeout=3600,
+               fuse=fuse, batch_rows=BATCH_ROWS)
     cpu = machine_cpu_seconds() - cpu0
+    kinds = cpu_by_kind(snap0, watch.snapshot())
+    time.sleep(0.5)   # the listener's last progress events arrive asynchronously
     if fuse:
         # One query runs source, hops and sink: its busy time is charged as one hop (conservative).
         hops = [q for q in r.status["nodes"] if "+" in q]
@@ -108,9 +250,16 @@ def run_case(spark, base, name, topo_hops, rows, fuse=False):
         # Fused, Spark counts what the source tasks yield: behind a keyed window that is the
         # window's output, so the case's input rows are used instead.
         n_in = rows if fuse else n["rows_in"]
-        res.append((h, n_in, busy, n_in / busy if busy else float("nan"),
-                    busy * 1e6 / max(1, n_in)))
-    return r.seconds, cpu * 1e6 / (rows * (n_hops + 2)), res
+        ph, batches = phases.take(h)
+        res.append({"case": name.replace(" --fuse", "+fuse"), "hop": "fused" if fuse else h,
+                    "query": h, "fused": fuse, "rows": n_in, "batches": batches,
+                    "busy_s": busy, "ms_per_batch": busy * 1000 / batches if batches else None,
+                    "rows_per_s": n_in / busy if busy else None,
+                    "us_per_row": busy * 1e6 / max(1, n_in),
+                    "cpu_us_per_row_hop": cpu * 1e6 / (rows * (n_hops + 2)),
+                    "wall_s": r.seconds, "phases_ms": ph, "machine_cpu_s": round(cpu, 2),
+                    "cpu_by_kind": kinds})
+    return res
 
 
 def latency_case(spark, base, seconds: float, fuse: bool = False):
@@ -148,23 +297,69 @@ def latency_case(spark, base, seconds: float, fuse: bool = False):
     return tab.num_rows, float(np.percentile(steady, 50)), float(np.percentile(steady, 99))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=4_000_000)
-    ap.add_argument("--live-seconds", type=float, default=20.0)
+    ap.add_argument("--live-seconds", type=float, default=20.0,
+                    help="seconds of the live-latency case (0: skip it)")
     ap.add_argument("--fuse", choices=("both", "on", "off"), default="both",
                     help="run the cases with epic deploy --fuse, without, or both (default)")
-    args = ap.parse_args()
+    ap.add_argument("--json", type=Path, default=ROOT / "out" / "bench_topics" / "results.json",
+                    help="where the results are written")
+    ap.add_argument("--from-json", type=Path, default=None,
+                    help="re-print (and with --write-docs re-render) a results.json; run nothing")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="regenerate the bench_topics section of docs/performance.md")
+    ap.add_argument("--notes", type=Path, default=None, help="markdown appended to the section")
+    ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "performance.md")
+    args = ap.parse_args(argv)
+    if args.from_json is not None:
+        results = json.loads(args.from_json.read_text())
+    else:
+        results = measure(args, argv)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1))
+        print(f"results: {args.json}")
+    print(report.table_text(results))
+    for line in report.cpu_lines(results):
+        print(line)
+    lat = report.latency_line(results)
+    if lat:
+        print("\n" + lat)
+    if args.write_docs:
+        report.write_docs(results, args.notes.read_text() if args.notes else "", args.doc)
+        print(f"wrote {args.doc}")
+    miss = report.misses(results)
+    for m in miss:
+        print(f"TARGET MISSED: {m}", file=sys.stderr)
+    if not miss:
+        print("all targets met")
+    return 1 if miss else 0
+
+
+def measure(args, argv) -> dict:
     from epic.spark import build_session
 
     base = tempfile.mkdtemp(prefix="bench_topics_")
     spark = build_session("local[2]", app_name="bench_topics")
-    failed = False
-    print(f"# {args.rows:,} rows per case, 1 M-row batches, local[2]")
-    table = []
+    phases = Phases(spark)
+    watch = CpuWatch().start()
+    results = {
+        "argv": ".venv/bin/python scripts/bench_topics.py "
+                + shlex.join(sys.argv[1:] if argv is None else argv),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()}-CPU {platform.machine()} VM, Python "
+                   f"{platform.python_version()}",
+        "io": "direct", "rows": args.rows, "batch_rows": BATCH_ROWS,
+        "stateless_target": STATELESS_TARGET, "stateful_us_target": STATEFUL_US_TARGET,
+        "load_start": uptime(), "hops": [],
+    }
+    print(f"# {args.rows:,} rows per case, {BATCH_ROWS:,}-row batches, local[2], --io direct",
+          flush=True)
 
     def cases(tag):
         return [("chain", chain_topology(args.rows, os.path.join(base, f"chain{tag}.parquet"))),
+                ("single", single_topology(args.rows, os.path.join(base, f"one{tag}.parquet"))),
                 ("stateful 16", stateful_topology(args.rows, 16,
                                                   os.path.join(base, f"s16{tag}.parquet"))),
                 ("stateful 10000", stateful_topology(args.rows, 10_000,
@@ -173,30 +368,20 @@ def main() -> int:
     runs = [(f"{name} --fuse" if fuse else name, th, fuse)
             for fuse in variants for name, th in cases("_fused" if fuse else "")]
     for name, th, fuse in runs:
-        wall, cpu_us, res = run_case(spark, base, name.replace(" ", "_"), th, args.rows, fuse)
-        name = name.replace(" --fuse", "+fuse")
-        for h, rows, busy, rate, us in res:
-            if fuse:
-                h = "fused"
-            table.append([name, h, f"{rows:,}", f"{busy:.2f}", f"{rate:,.0f}", f"{us:.2f}",
-                          f"{cpu_us:.2f}", f"{wall:.1f}"])
-            print(f"  {name} {h}: {rate:,.0f} rows/s, {us:.2f} us/row", flush=True)
-            if name == "chain" and rate < STATELESS_TARGET and variants == (False,):
-                failed = True
-            if name == "chain+fuse" and rate < STATELESS_TARGET:
-                failed = True
-            if name == "stateful 16" and us > STATEFUL_US_TARGET:
-                failed = True
-    print(text_table(["case", "hop", "rows", "busy s", "rows/s per hop", "us/row",
-                      "CPU-us/row/hop", "wall s"], table, left=("case", "hop")))
-    n, p50, p99 = latency_case(spark, base, args.live_seconds, fuse=variants[-1])
-    print(f"\nlive producer 200 K rows/s for {args.live_seconds:.0f} s, source -> map -> CSV"
-          f"{' (--fuse: one query)' if variants[-1] else ''}: "
-          f"{n:,} rows, end-to-end latency p50 {p50:.2f} s, p99 {p99:.2f} s (first 5 s skipped)")
+        for h in run_case(spark, phases, watch, base, name, th, args.rows, fuse):
+            results["hops"].append(h)
+            print(f"  {h['case']} {h['hop']}: {h['rows_per_s'] or 0:,.0f} rows/s, "
+                  f"{h['us_per_row']:.2f} us/row, {h['batches']} batches", flush=True)
+    if args.live_seconds > 0:
+        n, p50, p99 = latency_case(spark, base, args.live_seconds, fuse=variants[-1])
+        results["latency"] = {"rate": 200_000, "seconds": args.live_seconds,
+                              "fused": variants[-1], "rows": n, "p50_s": p50, "p99_s": p99}
+    results["load_end"] = uptime()
+    spark.streams.removeListener(phases.listener)
+    watch.stop()
+    spark.stop()
     shutil.rmtree(base, ignore_errors=True)
-    if failed:
-        print("TARGET MISSED", file=sys.stderr)
-    return 1 if failed else 0
+    return results
 
 
 if __name__ == "__main__":

@@ -134,3 +134,55 @@ def test_peer_cases_on_another_runtime():
     peer = report.CaseResult(case="all@run", runtime="run", fuse=False, command="c", status="ok",
                          wall_s=700.0)
     assert report.case_missed(peer, 600.0) is None      # the target is for the deploy's all case
+
+
+def _delay_results(p99s, target=500.0):
+    streams = [{"stream": f"{q}_{i}.csv", "query": q, "rows": None if v is None else 10,
+                "p50_ms": v, "p99_ms": v, "max_ms": v, "sampled": "all", "error": None}
+               for i, (q, v) in enumerate(p99s)]
+    return {"delay_target_ms": target, "delay_queries": ["q2", "q4"],
+            "cases": [{"case": "all", "streams": streams}]}
+
+
+def test_delay_target_applies_to_the_chosen_queries_only():
+    ok = _delay_results([("q1", 9000.0), ("q2", 120.0), ("q4", 499.0)])
+    assert report.delay_misses(ok) == []
+    assert "target met" in report.delay_verdicts(ok)[0]
+    bad = _delay_results([("q2", 120.0), ("q2", 501.0), ("q4", None)])
+    why = [m for _, m in report.delay_misses(bad)]
+    assert len(why) == 2 and "501 ms > 500 ms" in why[0] and "no rows" in why[1]
+    assert "MISSED" in report.delay_verdicts(bad)[0]
+    no_target = _delay_results([("q2", 9000.0)], target=None)
+    assert report.delay_misses(no_target) == [] and report.delay_verdicts(no_target) == []
+
+
+def test_slice_game_keeps_a_contiguous_stretch_of_one_half(tmp_path):
+    h1, h2 = bd.HALF_STARTS
+    ts = [h1 - PS, h1, h1 + 59 * PS, h1 + 60 * PS, h2, h2 + PS]
+    src = tmp_path / "g.csv"
+    src.write_text("".join(f"{i},{t},1,2,3,4,5,6,7,8,9,10,11\n" for i, t in enumerate(ts)))
+    assert bd.slice_game(src, tmp_path / "s.csv", 1, 1.0) == 2
+    lines = (tmp_path / "s.csv").read_text().splitlines()
+    assert lines == [f"1,{h1},1,2,3,4,5,6,7,8,9,10,11", f"2,{h1 + 59 * PS},1,2,3,4,5,6,7,8,9,10,11"]
+    assert bd.slice_game(src, tmp_path / "s2.csv", 2, 0.5) == 2
+
+
+def test_read_delays_reads_parquet_too(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    e = np.arange(100, dtype=np.int64) * 10**9
+    pq.write_table(pa.table({"entry_time": e, "write_time": e + np.arange(100) * 10**6,
+                             "ts": e}), tmp_path / "q4.parquet")
+    sd = bd.read_delays(tmp_path / "q4.parquet", "q4", 1000)
+    assert sd.rows == 100 and sd.max_ms == 99.0 and sd.p50_ms == pytest.approx(49.5)
+
+
+def test_command_passes_replay_speed_and_format(tmp_path):
+    import argparse
+
+    args = argparse.Namespace(input=Path("g.csv"), runtime="deploy", fuse=True, replay_speed=1.0,
+                              format="parquet")
+    cmd = bd.build_command(args, "all", tmp_path / "o", tmp_path / "w", tmp_path / "s.json")
+    assert cmd[cmd.index("--replay-speed") + 1] == "1"
+    assert cmd[cmd.index("--format") + 1] == "parquet"

@@ -127,3 +127,48 @@ def test_bench_docs_renders_a_results_file(tmp_path):
     assert sorted(p.name for p in img.iterdir()) == ["debs_delays.png", "debs_throughput.png"]
     assert bench_docs.main([str(res), "--doc", str(doc), "--img-dir", str(img)]) == 0
     assert doc.read_text() == text
+
+
+def _hop(case, hop, rows_per_s, us, fused=False):
+    return {"case": case, "hop": hop, "query": hop, "fused": fused, "rows": 4_000_000,
+            "batches": 4, "busy_s": 4.0, "ms_per_batch": 1000.0, "rows_per_s": rows_per_s,
+            "us_per_row": us, "cpu_us_per_row_hop": 1.0, "wall_s": 10.0,
+            "phases_ms": {"addBatch": 3000, "latestOffset": 600, "walCommit": 100,
+                          "triggerExecution": 4000}}
+
+
+def test_topics_report_checks_the_unfused_hops_and_says_where_time_goes():
+    from benchkit import topics_report as tr
+
+    res = {"stateless_target": 1_000_000, "stateful_us_target": 1.0, "hops": [
+        _hop("chain", "scale", 1_200_000, 0.8), _hop("chain", "keep", 900_000, 1.1),
+        _hop("stateful 16", "count", 2_000_000, 0.5),
+        _hop("stateful 10000", "count", 100_000, 9.0),          # not a target
+        _hop("chain+fuse", "fused", 10, 9.0, fused=True)]}      # unfused ran: not checked
+    miss = tr.misses(res)
+    assert len(miss) == 1 and "keep" in miss[0] and "900,000" in miss[0]
+    res["hops"][2]["us_per_row"] = 1.5
+    assert len(tr.misses(res)) == 2
+    only_fused = {**res, "hops": [_hop("chain+fuse", "fused", 2e6, 0.5, True),
+                                  _hop("stateful 16+fuse", "fused", 3e6, 1.2, True)]}
+    assert ["stateful 16+fuse" in m for m in tr.misses(only_fused)] == [True]
+    assert tr.where(res["hops"][0]["phases_ms"], 4000) == \
+        "addBatch 75%, latestOffset 15%, other 10%"
+    assert tr.where({}, 0) == "-"
+    text = tr.table_text(res)
+    assert "addBatch 75%" in text and "1,200,000" in text
+
+
+def test_topics_docs_section_replaces_only_its_markers(tmp_path):
+    from benchkit import topics_report as tr
+
+    doc = tmp_path / "perf.md"
+    doc.write_text(f"# P\n\nhand\n\n{tr.DOC_BEGIN}\nold\n{tr.DOC_END}\n\ntail\n")
+    res = {"argv": "x", "date": "d", "machine": "m", "io": "direct", "rows": 4_000_000,
+           "batch_rows": 1_000_000, "load_start": "a", "load_end": "b",
+           "stateless_target": 1_000_000, "stateful_us_target": 1.0,
+           "hops": [_hop("chain", "scale", 1_200_000, 0.8)]}
+    tr.write_docs(res, "a note", doc)
+    text = doc.read_text()
+    assert text.startswith("# P\n\nhand\n\n") and text.endswith("\n\ntail\n")
+    assert "old" not in text and "**All met.**" in text and "a note" in text

@@ -6,6 +6,8 @@ The graph is built by :func:`debs2013.dataflow.build_topology`; docs/debs2013.md
 
     epic run topologies/debs2013.py -- --input data/game.csv --out out/debs2013
     epic run topologies/debs2013.py -- --input G.csv --referee-events DIR --clock B --delays
+    epic deploy topologies/debs2013.py -w W -- --input G.csv --replay-speed 1 --delays
+    epic run topologies/debs2013.py -- --input G.csv --format parquet
 
 Every switch of the spec's ambiguities is a parameter (defaults = the spec's defaults).
 """
@@ -35,7 +37,11 @@ referee_events = epic.param("referee_events", "", help="referee-events dir; '' =
 metadata = epic.param("metadata", "", help="metadata.txt; '' = the spec's sensor table")
 out_dir = epic.param("out", "out/debs2013", help="directory of the 15 output files")
 delays = epic.param("delays", False, help="prepend entry/write wall-clock columns (ns)")
-parquet = epic.param("parquet", False, help="also write <name>.parquet")
+out_format = epic.param("format", "csv", help="csv | parquet: the 15 streams as <name>.csv or "
+                                            "<name>.parquet")
+replay_speed = epic.param("replay_speed", 0.0,
+                          help="0: read as fast as it parses; N: replay the game paced by event "
+                               "time, N times real time (1 = real time)")
 lenient = epic.param("lenient", False, help="bad input lines to a dead-letter file")
 dead_letter = epic.param("dead_letter", "", help="dead-letter CSV; '' = <out>/dead-letter.csv")
 queries = epic.param("queries", "q1,q2,q3,q4", help="which queries to build")
@@ -87,7 +93,8 @@ topology = build_topology(DebsOptions(
     lenient=lenient,
     dead_letter=dead_letter or None,
     delays=delays,
-    parquet=parquet,
+    format=out_format.lower(),
+    replay_speed=replay_speed or None,
     queries=tuple(q.strip() for q in queries.split(",") if q.strip()),
     scope=scope,
     q1_interruptions=q1_interruptions,

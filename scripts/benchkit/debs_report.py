@@ -107,6 +107,51 @@ def case_missed(r: CaseResult, target_s: float) -> str | None:
         return f"{r.wall_s:.0f} s > {target_s:.0f} s target ({r.wall_s / target_s:.2f}x)"
     return None
 
+def delay_misses(results: dict) -> list[tuple[str, str]]:
+    """``(case, why)`` for every stream of ``results["delay_queries"]`` that misses the p99 delay
+    target ``results["delay_target_ms"]`` (none without a target), in every case that read its
+    streams; a stream without rows (or unreadable) misses: nothing was measured."""
+    target = results.get("delay_target_ms")
+    if target is None:
+        return []
+    queries = set(results.get("delay_queries") or ())
+    out = []
+    for r in results["cases"]:
+        for s in r.get("streams") or ():
+            if s["query"] not in queries:
+                continue
+            if s.get("p99_ms") is None:
+                out.append((r["case"], f"{s['stream']}: no delay measured ("
+                                       f"{s.get('error') or 'no rows'})"))
+            elif s["p99_ms"] > target:
+                out.append((r["case"], f"{s['stream']}: p99 delay {s['p99_ms']:,.0f} ms > "
+                                       f"{target:g} ms target"))
+    return out
+
+
+def delay_verdicts(results: dict) -> list[str]:
+    """One line per case with a delay target: met, or how many streams missed it."""
+    target = results.get("delay_target_ms")
+    if target is None:
+        return []
+    queries = ", ".join(results.get("delay_queries") or ())
+    misses = delay_misses(results)
+    lines = []
+    for r in results["cases"]:
+        mine = [m for c, m in misses if c == r["case"]]
+        checked = [s for s in r.get("streams") or () if s["query"] in (results.get(
+            "delay_queries") or ())]
+        if not checked:
+            continue
+        worst = max((s["p99_ms"] for s in checked if s.get("p99_ms") is not None), default=None)
+        lines.append(f"{r['case']}: p99 delay of the {queries} streams "
+                     + ("" if worst is None else f"(worst {worst:,.0f} ms) ")
+                     + (f"within {target:g} ms: target met" if not mine else
+                        f"MISSED the {target:g} ms target on {len(mine)} of {len(checked)} "
+                        "streams"))
+    return lines
+
+
 # ------------------------------------------------------------------------------------------------
 # tables and plots
 
@@ -183,8 +228,10 @@ def print_tables(console, results: dict) -> None:
 
 def delay_cases(results: dict) -> list[dict]:
     """The cases whose delays are shown: the all-queries cases (``all``, ``all@run``) that ran,
-    else the first case run."""
+    else the first case run; with a delay target (a paced run) every case that ran."""
     cases = [r for r in results["cases"] if r.get("streams")]
+    if results.get("delay_target_ms") is not None:
+        return cases
     alls = [r for r in cases if split_case(r["case"])[0] == "all"]
     return alls or cases[:1]
 

@@ -1,0 +1,54 @@
+"""The DEBS 2013 topology deployed with ``format=parquet``: the 15 Parquet files (written exactly
+once by the Spark sink queries, epic/spark/sink_query.py) hold epic run's rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import epic
+from epic.cli import load_topology
+from epic.spark.runtime import deploy
+
+from test_end_of_stream import _same
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sorted_rows(path: Path) -> tuple[list[str], list[tuple]]:
+    tab = pq.read_table(path)
+
+    def value(x):
+        return (1, x) if isinstance(x, float) else (0, x) if isinstance(x, int) else (2, x)
+    return tab.column_names, sorted(tuple(value(v) for v in r.values()) for r in tab.to_pylist())
+
+
+def test_debs_deploy_parquet_equals_run(spark, tmp_path):
+    from debs2013.dataflow import OUTPUT_FILES
+    from debs2013.generator import generate_game
+
+    game = generate_game(tmp_path / "game.csv", minutes=0.05, seed=2).game_path
+    params = {"input": str(game), "q1_period": "1", "q2_period": "1", "format": "parquet"}
+    epic.run(load_topology(ROOT / "topologies" / "debs2013.py",
+                           params={**params, "out": str(tmp_path / "ref")}))
+    result = deploy(load_topology(ROOT / "topologies" / "debs2013.py",
+                                  params={**params, "out": str(tmp_path / "dep")}),
+                    str(tmp_path / "wd"), spark=spark, fuse=True, timeout=240)
+    assert result.status["state"] == "finished"
+    names = sorted(Path(f).stem + ".parquet" for f in OUTPUT_FILES)
+    assert sorted(p.name for p in (tmp_path / "dep").glob("*.parquet")) == names
+    assert not list((tmp_path / "dep").glob("*.csv"))
+    total = 0
+    for name in names:
+        want_cols, want = _sorted_rows(tmp_path / "ref" / name)
+        got_cols, got = _sorted_rows(tmp_path / "dep" / name)
+        assert got_cols == want_cols, name
+        assert len(got) == len(want), name
+        bad = [(g, w) for g, w in zip(got, want) if not _same(g, w)]
+        assert not bad, f"{name}: {len(bad)} rows differ, first {bad[0]}"
+        total += len(want)
+    assert total > 1000

@@ -1,0 +1,87 @@
+"""`epic deploy` of a paced source (``replay_speed=``): the Spark source planner reads the same
+paced iterator as `epic run`, so the rows equal the unpaced run and the ``_entry`` stamps are the
+scheduled release times (delays count the time rows wait for a micro-batch)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import epic
+from epic.spark.runtime import deploy
+from epic.testing import rows_key
+
+from test_replay import _topology  # noqa: E402  (tests/ is on the path, as test_deploy is)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_paced_deploy_equals_unpaced_run(spark, tmp_path):
+    t0, rows = _topology()
+    want = epic.run(t0).collected
+    speed = 3.0          # 6 s of event time in 2 s
+    tp, _ = _topology(speed, delays=True)
+    began = time.time()
+    result = deploy(tp, str(tmp_path / "wd"), spark=spark, timeout=240)
+    assert result.status["state"] == "finished"
+    for name in ("rows", "sums"):
+        got = result.collected[name].drop_columns(["entry_time", "write_time"]).to_pylist()
+        assert sorted(got, key=rows_key) == sorted(want[name].to_pylist(), key=rows_key), name
+    r = result.collected["rows"]
+    entry = r.column("entry_time").to_numpy()
+    # every row's entry is its scheduled release: start + (largest ts so far - ts0) / speed
+    high = dict()
+    m = None
+    for row in rows:
+        m = row["ts"] if m is None else max(m, row["ts"])
+        high[(row["k"], row["ts"])] = m
+    start = int(entry.min())
+    assert start >= began * 1e9
+    sched = np.array([start + int((high[(k, ts)] - rows[0]["ts"]) * 1e6 / speed)
+                      for k, ts in zip(r.column("k").to_pylist(), r.column("ts").to_pylist())])
+    assert np.all(np.abs(entry - sched) <= 1)
+    # the planner released rows over the 2 s the replay takes, not all at once
+    assert entry.max() - entry.min() >= 1.9e9
+    write = r.column("write_time").to_numpy()
+    assert np.all(write >= entry)
+
+
+def test_planner_takes_what_has_arrived():
+    """No JVM: the source planner of a paced source plans the rows released so far at each
+    call and never waits to fill ``batch_rows`` (a live feed's micro-batch is what arrived since
+    the last trigger), and every planned row was released before it was planned."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from epic.spark.source_query import make_source_data_source
+    from epic.spark.tags import topic_schema
+
+    speed = 10.0   # 6 s of event time in 0.6 s
+    topo, rows = _topology(speed, delays=True)
+    node = topo.nodes["events"]
+    cls = make_source_data_source(node, name="x", schema=topic_schema(node.output.schema),
+                                  source_index=0, n_sources=1, batch_rows=1_000_000,
+                                  parallelism=1, prefetch=True)
+    reader = cls({}).streamReader(None)
+    start = reader.initialOffset()
+    sizes, began = [], time.time_ns()
+    while True:
+        time.sleep(0.1)     # Spark's trigger interval
+        end = reader.latestOffset(start, ReadMaxRows(1_000_000))
+        planned_at = time.time_ns()
+        if end["seq"] == start["seq"] and end.get("eos"):
+            break
+        batches = reader.planned(start, end)
+        n = sum(b.num_rows for b in batches)
+        if n:
+            entry = np.concatenate([b.column("_entry").to_numpy() for b in batches])
+            assert entry.max() <= planned_at, "a row was planned before its release time"
+        sizes.append(n)
+        reader.commit(end)
+        start = end
+    took = (time.time_ns() - began) / 1e9
+    assert sum(sizes) == len(rows)
+    assert 0.55 <= took < 3.0
+    assert len([s for s in sizes if s]) >= 4, f"micro-batch sizes {sizes}: not paced"
+    assert max(sizes) < len(rows) / 2
