@@ -439,7 +439,7 @@ class _Deploy:
         from pyspark.sql import functions as F
 
         from epic.sinks import CollectSink, ConsoleSink, CsvSink, ParquetSink, TopicSink
-        from epic.spark.sink_query import make_file_sink_data_source
+        from epic.spark.object_sink import file_sink_data_source as make_file_sink_data_source
 
         sink = node.sink
         qname = qname or node.name
@@ -621,7 +621,7 @@ class _Deploy:
         """A fused group as a branch of a direct query: its task specs and output writers."""
         from epic.sinks import CsvSink, ParquetSink, TopicSink
         from epic.spark.direct import Branch, Output
-        from epic.spark.sink_query import make_file_sink_data_source
+        from epic.spark.object_sink import file_sink_data_source as make_file_sink_data_source
         from epic.spark.tasks import TaskSpec
         from epic.spark.topic_sink import TopicStreamWriter
 
@@ -709,7 +709,7 @@ class _Deploy:
 
         sink = node.sink
         if isinstance(sink, (CsvSink, ParquetSink)):
-            rec = read_sidecar(os.path.abspath(sink.path), self.deploy_id)
+            rec = read_sidecar(sink.path, self.deploy_id)
             return bool(rec and rec.get("eos"))
         path = sink.path if isinstance(sink, TopicSink) else self.sink_topic(node)
         try:

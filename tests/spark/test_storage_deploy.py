@@ -1,0 +1,91 @@
+"""epic deploy writing its CSV sinks to an S3-compatible object store (moto's server on
+loopback): the outputs equal `epic run`'s, also after a crash inside a sink commit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import epic
+from epic.cli import load_topology
+from epic.storage import resolve
+from s3_store import s3_server
+from test_deploy import ROOT
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TOPOLOGY = ROOT / "topologies" / "sensor_averages.py"
+OUTPUTS = ("averages.csv", "late_readings.csv")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """``s3://<fresh bucket>``; the AWS variables are in the environment the deploys inherit
+    (Spark's Python workers must see them: they are set before each deploy's JVM starts)."""
+    with s3_server() as root:
+        yield root
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """`epic run`'s outputs of the topology, on the local disk."""
+    out = tmp_path_factory.mktemp("ref")
+    epic.run(load_topology(TOPOLOGY, params={"out": str(out)}))
+    return {n: _lines((out / n).read_bytes()) for n in OUTPUTS}
+
+
+def _deploy(wd, out, *, fuse=False, crash=None):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
+    if crash:
+        env["EPIC_CRASH_AT"] = crash
+    cmd = [sys.executable, "-m", "epic.spark.cli", "deploy", str(TOPOLOGY), "--workdir", str(wd),
+           "--batch-rows", "500", "--no-progress", "--timeout", "240"] \
+        + (["--fuse"] if fuse else []) + ["--", "--out", out]
+    return subprocess.run(cmd, env=env, start_new_session=True, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _lines(data: bytes) -> tuple[str, list[str]]:
+    """Header and sorted rows (a keyed node's partitions interleave their rows, as in
+    tests/spark/test_deploy.py)."""
+    lines = data.decode().splitlines()
+    return (lines[0] if lines else ""), sorted(lines[1:])
+
+
+def _read(uri):
+    loc = resolve(uri)
+    with loc.fs.open_input_stream(loc.path) as f:
+        return _lines(f.read())
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["queries", "fused"])
+def test_deploy_writes_csv_sinks_to_s3(s3, reference, tmp_path, fuse):
+    """Every sink's object holds `epic run`'s header and rows, each once; no temp is left."""
+    out = f"{s3}/deploy-{'fused' if fuse else 'queries'}"
+    r = _deploy(tmp_path / "wd", out, fuse=fuse)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for n in OUTPUTS:
+        assert _read(f"{out}/{n}") == reference[n], n
+        meta = resolve(f"{out}/{n}.epic")
+        assert [fi.base_name for fi in meta.join("_tmp").list()] == []
+        assert b'"eos": true' in meta.join("commit.json").read_bytes()
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_crash_inside_an_s3_sink_commit_is_recovered(s3, reference, tmp_path):
+    """SIGKILL after the first part of a commit was copied; the rerun completes exactly once."""
+    out = f"{s3}/crash"
+    wd = tmp_path / "wd"
+    first = _deploy(wd, out, crash="sink-commit:2")
+    assert first.returncode == -9, (first.returncode, first.stderr[-3000:])
+    assert not resolve(f"{out}/averages.csv").exists()  # only appears, whole, at the end
+    parts = resolve(f"{out}/averages.csv.epic/parts")
+    assert parts.list(), "the kill came after a part was copied, before the commit record"
+    again = _deploy(wd, out)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    for n in OUTPUTS:
+        assert _read(f"{out}/{n}") == reference[n], n
