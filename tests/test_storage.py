@@ -201,6 +201,13 @@ def test_epic_run_writes_file_and_topic_sinks_to_s3(s3, tmp_path):
     with fs.open_input_file(f"{bucket}/run/o.parquet") as f:
         assert pq.read_table(f).equals(pq.read_table(tmp_path / "o.parquet"))
     assert Topic.open(f"{s3}/run/t").read_table().equals(Topic.open(tmp_path / "t").read_table())
+    back = epic.Topology("s3back")
+    src = back.source("t", epic.topic_source(f"{s3}/run/t"))
+    back.sink("out", src, epic.csv_sink(f"{s3}/run/back.csv"))
+    epic.run(back)
+    with fs.open_input_stream(f"{bucket}/run/back.csv") as f:
+        rows = f.read().decode().splitlines()
+    assert len(rows) - 1 == Topic.open(tmp_path / "t").read_table().num_rows > 0
 
 
 def test_an_unreachable_bucket_is_refused_before_the_run(s3):
