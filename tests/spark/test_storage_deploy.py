@@ -126,3 +126,32 @@ def test_deploy_writes_a_parquet_sink_to_s3(s3, tmp_path):
     key = [("k", "ascending"), ("window_start", "ascending")]
     assert got.num_rows == ref.num_rows > 0
     assert got.sort_by(key).equals(ref.sort_by(key))
+
+
+TOPIC_TOPOLOGY = PARQUET_TOPOLOGY.replace(
+    't.sink("pq", w, epic.parquet_sink(out + "/w.parquet"))',
+    't.sink("tp", w, epic.topic_sink(out + "/w"))')
+
+
+def test_deploy_writes_a_topic_sink_to_s3(s3, tmp_path):
+    """A topic sink on s3:// (segments committed by copy, markers, end of stream) holds `epic
+    run`'s rows and ends with an end-of-stream segment."""
+    from epic.topics import Topic
+
+    topo = tmp_path / "tp_s3.py"
+    topo.write_text(TOPIC_TOPOLOGY)
+    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
+    env = {k: v for k, v in os.environ.items() if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
+    r = subprocess.run([sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir",
+                        str(tmp_path / "wd"), "--batch-rows", "500", "--no-progress",
+                        "--timeout", "240", "--", "--out", f"{s3}/tp"],
+                       env=env, start_new_session=True, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    topic = Topic.open(f"{s3}/tp/w")
+    assert topic.status().eos
+    key = [("k", "ascending"), ("window_start", "ascending")]
+    got = topic.read_table().sort_by(key)
+    ref = Topic.open(tmp_path / "ref" / "w").read_table().sort_by(key)
+    assert got.num_rows == ref.num_rows > 0
+    assert got.equals(ref)
