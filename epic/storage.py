@@ -11,8 +11,8 @@ store      how a file is published so that readers see the old content or the ne
 local      temp file beside it, flush, ``fsync``, ``rename`` over it, ``fsync`` the directory
            (``rename`` is atomic on POSIX file systems). Plain paths and ``file://`` URIs.
 hdfs       temp file beside it, then rename (atomic in the NameNode). pyarrow replaces an
-           existing destination by deleting it first, so a reader may briefly find the file
-           absent; epic's readers of such files retry nothing, so this is untested and noted.
+           existing destination by deleting it first, so a reader may briefly find a replaced
+           file absent (epic's readers do not retry). Untested: no libhdfs on the test machine.
 object     (``s3://``, ``gs://``, ``abfs://``) no rename exists (pyarrow's ``move`` is a copy and
            a delete). An object is written once under its final name: the upload becomes visible
            whole when it completes, or not at all, so the PUT is the commit. Data that must
@@ -40,7 +40,6 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Iterator
 from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
@@ -197,27 +196,10 @@ class Location:
     def is_dir(self) -> bool:
         return self.info().type == pafs.FileType.Directory
 
-    def size(self) -> int:
-        """The file's size in bytes.
-
-        Raises:
-            FileNotFoundError: there is no file.
-        """
-        fi = self.info()
-        if fi.type != pafs.FileType.File:
-            raise FileNotFoundError(self.uri)
-        return fi.size
-
     def list(self) -> list[pafs.FileInfo]:
         """The entries directly below this directory, by name (empty if it does not exist)."""
         infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
         return sorted(infos, key=lambda fi: fi.base_name)
-
-    def files(self) -> Iterator[Location]:
-        """The files directly below this directory, by name."""
-        for fi in self.list():
-            if fi.type == pafs.FileType.File:
-                yield self.join(fi.base_name)
 
     # -- reading and writing -----------------------------------------------------------------
 
