@@ -17,13 +17,16 @@ returns its name. The driver's ``commit(messages, B)``:
    of ``<file>``, which appears whole when the upload completes;
 4. writes the record ``(B, bytes, end of stream?, rows, deploy id)`` with one PUT. That PUT is the
    commit: a crash before it makes Spark replay ``B``, which redoes steps 2-4 with the same rows.
+   After the end of the stream the parts are deleted; a later commit finds ``eos`` recorded and
+   does nothing.
 
 So ``<file>`` appears once, complete, at the end of the stream (like a Parquet sink); while the
 stream runs, its committed rows are the parts, in name order.
 
 **Parquet.** Tasks write ``parts/b<B>.p<part>.parquet`` directly (each one PUT; a replay writes the
 same name); the commit that sees the end of the stream streams the parts, in order, into one
-upload of ``<file>``, then writes the record.
+upload of ``<file>``, then writes the record and deletes the parts. The deploy's first commit
+deletes parts of other batches (another deploy's).
 """
 
 from __future__ import annotations
@@ -137,17 +140,29 @@ class ObjectStoreFileWriter(DataSourceStreamArrowWriter):
         owner = deploy_id(self.workdir)
         rec = read_sidecar(self.uri, owner)
         if rec is not None and batchId <= rec["batch"]:
-            if self.is_csv:
+            if self.is_csv or rec.get("eos"):  # a replayed Parquet part is needed until the end
                 for m in parts:
                     Location(out.fs, m.path, m.path).delete()
             return
+        if rec is not None and rec.get("eos"):
+            # The input had ended: nothing can follow (and the parts are gone).
+            for m in parts:
+                Location(out.fs, m.path, m.path).delete()
+            return
         rows = (rec or {}).get("rows", 0) + sum(m.rows for m in parts)
         pdir = meta.join("parts")
+        prefix = f"b{batchId:012d}."
         try:
+            if rec is None:
+                # This deploy's first commit: every part not written for this batch (Parquet
+                # tasks write theirs before the commit) is another deploy's or a crashed one's.
+                if self.is_csv:
+                    pdir.delete_dir()
+                else:
+                    for fi in pdir.list():
+                        if not fi.base_name.startswith(prefix):
+                            pdir.join(fi.base_name).delete()
             if self.is_csv:
-                if rec is None:
-                    pdir.delete_dir()  # another deploy's parts, or a crashed first commit's
-                prefix = f"b{batchId:012d}."
                 for fi in pdir.list():
                     if fi.base_name.startswith(prefix):
                         pdir.join(fi.base_name).delete()
@@ -163,6 +178,8 @@ class ObjectStoreFileWriter(DataSourceStreamArrowWriter):
             meta.join("commit.json").publish(json.dumps(
                 {"batch": batchId, "length": size, "eos": eos, "rows": rows, "deploy": owner,
                  "store": "object"}).encode())
+            if eos:
+                pdir.delete_dir()  # assembled into the file; a replay stops at the record
         except OSError as exc:
             raise OutputError(out.uri, exc, what=f"cannot commit micro-batch {batchId}",
                               fix="check the store's credentials, permissions and quota and "

@@ -155,3 +155,14 @@ def test_deploy_writes_a_topic_sink_to_s3(s3, tmp_path):
     ref = Topic.open(tmp_path / "ref" / "w").read_table().sort_by(key)
     assert got.num_rows == ref.num_rows > 0
     assert got.equals(ref)
+
+
+def test_a_fresh_deploy_replaces_an_s3_output(s3, reference, tmp_path):
+    """A second deploy (fresh work directory) writing the same s3:// outputs replaces them, as
+    `epic run` does: the first deploy's parts and record are not mistaken for its own."""
+    out = f"{s3}/twice"
+    for wd in ("wd1", "wd2"):
+        r = _deploy(tmp_path / wd, out)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for n in OUTPUTS:
+        assert _read(f"{out}/{n}") == reference[n], n
