@@ -2,9 +2,10 @@
 
 A file is written to a temp name beside its final path, flushed and fsynced, then renamed over
 the final path, and the directory entry is fsynced. A rename is atomic on POSIX file systems
-(and HDFS); other stores reached through pyarrow's filesystem layer get the same call sequence,
-whose atomicity is the store's (docs/deploy.md). Used by topics (manifests, consumer positions,
-retention floors), state snapshots, sink sidecars and the deploy's status documents.
+(and HDFS); on an object store, which has no rename, the file is one PUT under its final name
+(:mod:`epic.storage` holds the rule of each store; docs/deploy.md, "Storage"). Used by topics
+(manifests, consumer positions, retention floors), state snapshots, sink sidecars and the
+deploy's status documents.
 """
 
 from __future__ import annotations
@@ -16,43 +17,18 @@ import uuid
 
 import pyarrow.fs as pafs
 
+from .storage import LOCAL, fsync_local, publish
+
 __all__ = ["atomic_write", "atomic_json", "atomic_path", "fsync_local"]
 
 
-def fsync_local(fs: pafs.FileSystem, path: str, *, directory: bool = False) -> None:
-    """Force data (or a directory entry) to disk; only meaningful, and only done, on local disks.
-
-    pyarrow output streams expose no fsync, so the file is reopened: fsync on any descriptor of a
-    file flushes that file's dirty pages on Linux.
-    """
-    if not isinstance(fs, pafs.LocalFileSystem):
-        return
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: str, data: bytes, *, fs: pafs.FileSystem | None = None) -> None:
-    """Write ``data`` to ``path`` atomically (a plain local path, or a path of ``fs``).
+    """Write ``data`` to ``path`` atomically (a plain local path, or a path of ``fs``), by the
+    store's commit rule (:func:`epic.storage.publish`: temp, fsync, rename on a local disk; one
+    PUT on an object store).
 
     On a failure the temp file is removed and the old content stays in place."""
-    fs = fs or pafs.LocalFileSystem()
-    d, name = path.rsplit("/", 1) if "/" in path else (".", path)
-    tmp = f"{d}/.{name}.{uuid.uuid4().hex}.tmp"
-    try:
-        with fs.open_output_stream(tmp) as f:
-            f.write(data)
-        fsync_local(fs, tmp)
-        fs.move(tmp, path)
-    except BaseException:
-        try:
-            fs.delete_file(tmp)
-        except (OSError, FileNotFoundError):
-            pass
-        raise
-    fsync_local(fs, d, directory=True)
+    publish(fs or LOCAL, path, data)
 
 
 def atomic_json(path: str, doc, *, fs: pafs.FileSystem | None = None, indent: int | None = 1

@@ -70,6 +70,7 @@ __all__ = [
     "read_csv_batches",
     "CsvWriter",
     "write_csv",
+    "header_line",
 ]
 
 _log = logging.getLogger(__name__)
@@ -743,7 +744,7 @@ class CsvWriter:
 
     def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
                  header: bool = True, delimiter: str = ",", float_format: str | None = None,
-                 background: bool = False):
+                 background: bool = False, filesystem=None):
         if len(delimiter) != 1 or delimiter in "\r\n\"":
             raise SpecError(f"delimiter={delimiter!r}: give one character other than a quote or "
                             "a newline")
@@ -754,6 +755,9 @@ class CsvWriter:
                 raise SpecError(f"float_format={float_format!r} is not a format spec for floats "
                                 "(try '.6f')") from exc
         self._path = os.fspath(path)
+        # A pyarrow filesystem to write ``path`` in (an object store: the object appears when
+        # the writer closes); None: a local path.
+        self._fs = filesystem
         self._columns = None if columns is None else list(columns)
         self._header = header
         self._delimiter = delimiter
@@ -793,11 +797,12 @@ class CsvWriter:
         return pa.table(arrays, names=table.column_names)
 
     def _open(self, names: list[str]) -> pa.NativeFile:
-        sink = pa.output_stream(self._path, compression=None)
+        if self._fs is None:
+            sink = pa.output_stream(self._path, compression=None)
+        else:
+            sink = self._fs.open_output_stream(self._path)
         if self._header:
-            text = io.StringIO()
-            csv.writer(text, delimiter=self._delimiter, lineterminator="\n").writerow(names)
-            sink.write(text.getvalue().encode("utf-8"))
+            sink.write(header_line(names, self._delimiter))
         return sink
 
     def _quoting_needed(self, table: pa.Table) -> bool:
@@ -845,7 +850,8 @@ class CsvWriter:
         self._sink = None
         self._closed_on_error = True
         try:
-            if os.path.exists(self._path) and os.path.getsize(self._path) > self._good:
+            if self._fs is None and os.path.exists(self._path) \
+                    and os.path.getsize(self._path) > self._good:
                 os.truncate(self._path, self._good)
         except OSError:
             pass
@@ -907,6 +913,17 @@ class CsvWriter:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def header_line(names: Sequence[str], delimiter: str = ",") -> bytes:
+    """The header line :class:`CsvWriter` writes for ``names`` (quoted as the rows are).
+
+    >>> header_line(["ts", "a,b"])
+    b'ts,"a,b"\\n'
+    """
+    text = io.StringIO()
+    csv.writer(text, delimiter=delimiter, lineterminator="\n").writerow(names)
+    return text.getvalue().encode("utf-8")
 
 
 def write_csv(path: str | os.PathLike[str],

@@ -1,10 +1,12 @@
-"""Where epic writes: plain paths and ``file://`` URIs; every other scheme refused with the reason.
+"""Which paths and URIs each of epic's outputs takes (the stores themselves: :mod:`epic.storage`).
 
-``epic deploy``'s tasks memory-map topic segments and append CSV parts in place, so work
-directories and file outputs must be on a mounted file system (a local disk, or a network file
-system mounted at the same path on every machine, docs/deploy.md). ``hdfs://``, ``s3://`` and
-other object-store schemes are refused at start instead of being written to a local directory
-that happens to be named after them.
+* :func:`output_path` - file and topic sinks: a plain path, a ``file://`` URI, or a URI of a store
+  pyarrow's filesystem layer reaches (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``), kept as
+  given and resolved when the run starts.
+* :func:`local_path` - ``epic deploy``'s work directory: a mounted file system only. Its tasks
+  memory-map topic segments and spool files and Spark keeps its checkpoints there through
+  Hadoop's file systems, so ``s3://`` and the other remote schemes are refused at start with
+  that reason (docs/deploy.md, "Storage"), never written to a local directory named after them.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import re
 from urllib.parse import unquote, urlparse
 
 from .errors import SpecError
+from .storage import check_uri
 
-__all__ = ["local_path"]
+__all__ = ["local_path", "output_path", "is_remote"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -35,14 +38,37 @@ def local_path(path: str | os.PathLike, what: str = "path") -> str:
     m = _SCHEME.match(p)
     if not m:
         return p
-    scheme = m.group(1).lower()
-    if scheme == "file":
-        u = urlparse(p)
-        if u.netloc not in ("", "localhost"):
-            raise SpecError(f"{what} {p!r}: a file:// URI with host {u.netloc!r} is not local; "
-                            "use file:///absolute/path (or mount the share and give its path)")
-        return unquote(u.path)
-    raise SpecError(f"{what} {p!r}: the {scheme}:// scheme is not supported: epic's deploy tasks "
-                    "memory-map topic files and append output parts in place, so it must be a "
-                    "mounted file system (a local disk, or a network file system mounted at the "
-                    "same path on every machine). Give a path or a file:// URI")
+    scheme = check_uri(p, what)  # refuses unknown schemes and foreign file:// hosts
+    if scheme is None:
+        return unquote(urlparse(p).path)
+    raise SpecError(f"{what} {p!r}: the {scheme}:// scheme is not supported here: epic deploy's "
+                    "tasks memory-map topic segments and spool files in the work directory and "
+                    "Spark writes its checkpoints there, so it must be a mounted file system (a "
+                    "local disk, or a network file system mounted at the same path on every "
+                    "machine). Give a path or a file:// URI; sinks may write to "
+                    f"{scheme}:// (docs/deploy.md, 'Storage')")
+
+
+def output_path(path: str | os.PathLike, what: str = "path") -> str:
+    """A sink's path: local paths as :func:`local_path` gives them; a remote URI as given, after
+    the checks that need no network (:func:`epic.storage.check_uri`).
+
+    >>> output_path("s3://bucket/out/q1.csv"), output_path("file:///tmp/q1.csv")
+    ('s3://bucket/out/q1.csv', '/tmp/q1.csv')
+
+    Raises:
+        SpecError: an unsupported scheme, options or credentials in the URI, with the reason.
+    """
+    p = os.fspath(path)
+    if check_uri(p, what) is None:
+        return local_path(p, what)
+    return p.rstrip("/")
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """Whether ``path`` (as :func:`output_path` returns it) names a remote store.
+
+    >>> is_remote("s3://b/x"), is_remote("/tmp/x")
+    (True, False)
+    """
+    return _SCHEME.match(os.fspath(path)) is not None

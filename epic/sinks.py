@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from .errors import SpecError
-from .paths import local_path
+from .paths import is_remote, output_path
 from .operator import ENTRY_COLUMN
 
 __all__ = [
@@ -85,6 +85,41 @@ def _parent(path: str):
     os.makedirs(d, exist_ok=True)
 
 
+def _staged(path: str, what: str):
+    """``(local file to write, publish(), discard())`` for a file sink's output: a local path is
+    written in place; a remote one (``s3://``...) to a local temp file uploaded by ``publish``
+    when the stream ends. An object cannot be appended to, and the upload makes it visible whole
+    or not at all (docs/deploy.md, "Storage")."""
+    import tempfile
+
+    from .storage import resolve
+
+    if not is_remote(path):
+        _parent(path)
+        return path, lambda: None, lambda: None
+    loc = resolve(path, what)
+    fd, tmp = tempfile.mkstemp(prefix=f".{loc.name}.", suffix=".tmp")
+    os.close(fd)
+
+    def publish():
+        import pyarrow.fs as pafs
+
+        from .storage import LOCAL
+
+        try:
+            pafs.copy_files(tmp, loc.path, source_filesystem=LOCAL,
+                            destination_filesystem=loc.fs)
+        finally:
+            os.remove(tmp)
+
+    def discard():
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+    return tmp, publish, discard
+
+
 def _cols(columns) -> tuple[str, ...] | None:
     if columns is None:
         return None
@@ -117,12 +152,25 @@ class CsvSink(Sink):
 
     def open(self, schema, time, unit, node):
         from .csvio import CsvWriter
+        from .errors import OutputError
 
-        _parent(self.path)
+        target, publish, discard = _staged(self.path, f"sink {node!r}")
         out = self.output_schema(schema)
-        w = CsvWriter(self.path, columns=out.names, header=self.header,
+        w = CsvWriter(target, columns=out.names, header=self.header,
                       delimiter=self.delimiter, float_format=self.float_format, background=True)
-        return _Writer(lambda b, wm: w.write(b), lambda wm: w.close())
+
+        def close(wm):
+            try:
+                w.close()
+            except BaseException:
+                discard()
+                raise
+            try:
+                publish()
+            except OSError as exc:
+                raise OutputError(self.path, exc, fix="check the store's credentials and "
+                                  "permissions and rerun") from None
+        return _Writer(lambda b, wm: w.write(b), close)
 
     def describe(self):
         return f"csv {os.path.basename(self.path)}"
@@ -140,7 +188,7 @@ def csv_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = None, h
         >>> csv_sink("out/q1.csv", columns=["ts", "player_id", "speed"], float_format=".3f").columns
         ('ts', 'player_id', 'speed')
     """
-    return CsvSink(local_path(path, "csv_sink path"), _cols(columns), header, delimiter, float_format, delays,
+    return CsvSink(output_path(path, "csv_sink path"), _cols(columns), header, delimiter, float_format, delays,
                    tuple(delay_columns))
 
 
@@ -161,12 +209,14 @@ class ParquetSink(Sink):
 
         from .errors import OutputError
 
-        _parent(self.path)
+        target, publish, discard = _staged(self.path, f"sink {node!r}")
         out = self.output_schema(schema)
         # Written to a temp file renamed at the end: the file is only readable once closed, and
-        # a failed write (a full disk) must not leave a broken file under the final name.
-        tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
-                           f".{os.path.basename(self.path)}.{uuid.uuid4().hex}.tmp")
+        # a failed write (a full disk) must not leave a broken file under the final name. A
+        # remote output's local staging file is that temp file; its upload is the rename.
+        tmp = target if target != self.path else os.path.join(
+            os.path.dirname(os.path.abspath(self.path)),
+            f".{os.path.basename(self.path)}.{uuid.uuid4().hex}.tmp")
 
         def guarded(fn):
             def call(*args):
@@ -185,7 +235,10 @@ class ParquetSink(Sink):
 
         def close(wm):
             w.close()
-            os.replace(tmp, self.path)
+            if target == self.path:
+                os.replace(tmp, self.path)
+            else:
+                publish()
         return _Writer(guarded(lambda b, wm: w.write_batch(b)), guarded(close))
 
     def describe(self):
@@ -200,7 +253,7 @@ def parquet_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = Non
         >>> parquet_sink("out/q1.parquet").blocking
         True
     """
-    return ParquetSink(local_path(path, "parquet_sink path"), _cols(columns), delays)
+    return ParquetSink(output_path(path, "parquet_sink path"), _cols(columns), delays)
 
 
 @dataclass(frozen=True)
@@ -217,7 +270,9 @@ class TopicSink(Sink):
         out = self.output_schema(schema)
         if time not in out.names:
             raise SpecError(f"a topic needs the event-time column {time!r}; keep it in columns")
-        if os.path.exists(os.path.join(self.path, "_topic.json")):
+        from .storage import resolve
+
+        if resolve(self.path, "topic_sink path").join("_topic.json").exists():
             from .topics import Topic
             existing = Topic.open(self.path).schema
             if [(f.name, f.type) for f in existing] != [(f.name, f.type) for f in out]:
@@ -257,7 +312,7 @@ def topic_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
         >>> topic_sink("topics/q1").describe()
         'topic q1'
     """
-    return TopicSink(local_path(path, "topic_sink path"), _cols(columns), delays)
+    return TopicSink(output_path(path, "topic_sink path"), _cols(columns), delays)
 
 
 @dataclass(frozen=True)

@@ -365,7 +365,7 @@ class TopicSource(Source):
         from .topics import Topic
 
         manifest = None
-        if os.path.exists(os.path.join(self.path, "_topic.json")):
+        if _topic_exists(self.path):
             manifest = Topic.open(self.path).manifest
         if self.schema is None:
             if manifest is None:
@@ -390,7 +390,7 @@ class TopicSource(Source):
         def batches():
             deadline_free = True
             while deadline_free:
-                if not os.path.exists(os.path.join(self.path, "_topic.json")):
+                if not _topic_exists(self.path):
                     if not self.follow:
                         raise InputError("not a topic (no _topic.json)", path=self.path)
                     _time.sleep(self.poll_seconds)
@@ -412,6 +412,13 @@ class TopicSource(Source):
 
     def describe(self):
         return f"topic {os.path.basename(os.path.normpath(self.path))}"
+
+
+def _topic_exists(path: str) -> bool:
+    """Whether a topic manifest is at ``path`` (a local path, or a URI of :mod:`epic.storage`)."""
+    from .storage import resolve
+
+    return resolve(path, "topic_source path").join("_topic.json").exists()
 
 
 def topic_source(path: str | os.PathLike, *, schema=None, time: str | None = None,

@@ -1,6 +1,6 @@
 """Arrow topics: durable, append-only streams of record batches that link the nodes of a deploy.
 
-A topic is a directory (on any pyarrow filesystem: local, HDFS, a shared mount...)::
+A topic is a directory (a local path, or any store of :mod:`epic.storage`: S3, HDFS...)::
 
     DIR/
       _topic.json                 manifest: schema, time column and unit, topic id
@@ -22,7 +22,10 @@ files never contain pickles.
 single committer renames it to its final name (an atomic rename within one directory). The parts of
 one batch get consecutive sequence numbers and are renamed in part order; readers only see a batch
 whose parts are *all* present, so a batch becomes visible atomically with the rename of its last
-part. Everything under ``_tmp``, and any file not named like a segment, is ignored.
+part. Everything under ``_tmp``, and any file not named like a segment, is ignored. On an object
+store (no rename) the temp is an object uploaded whole and the "rename" a server-side copy, which
+appears whole or not at all; the small files (manifest, positions, retention floor) are single
+PUTs (:mod:`epic.storage`).
 
 **Corruption is an error, never a silent skip.** A committed segment (a final file whose batch is
 complete, or which a later segment follows) that is truncated (no IPC end-of-stream marker),
@@ -67,10 +70,11 @@ from typing import Iterable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .atomic import atomic_write, fsync_local
 import pyarrow.ipc as ipc
 
 from epic.errors import EpicError, InputError, TopologyError
+
+from .storage import fsync_local, publish, resolve
 
 __all__ = [
     "Topic",
@@ -286,23 +290,12 @@ class TopicStatus:
     eos: bool
 
 
-def _is_uri(path: str) -> bool:
-    return "://" in path
-
-
 def resolve_filesystem(path: str | os.PathLike, filesystem: pafs.FileSystem | None = None
                        ) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and normalised path for a local path or a filesystem URI."""
-    path = os.fspath(path)
-    if path.startswith("file:") and not path.startswith("file://"):
-        path = path[len("file:"):]  # Hadoop-style "file:/abs/path", as Spark may hand it over
-    if filesystem is not None:
-        return filesystem, path.rstrip("/")
-    if _is_uri(path):
-        fs, p = pafs.FileSystem.from_uri(path)
-        return fs, p.rstrip("/")
-    return pafs.LocalFileSystem(), os.path.abspath(path)
-
+    """The pyarrow filesystem and normalised path for a local path or a filesystem URI
+    (:func:`epic.storage.resolve`: an unsupported scheme raises ``SpecError`` with the reason)."""
+    loc = resolve(path, "topic path", filesystem=filesystem)
+    return loc.fs, loc.path
 
 def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     """Same names and types in the same order; nullability and metadata may differ (Spark marks
@@ -395,7 +388,7 @@ class Topic:
                                  time_unit=time_unit)
         for d in (root, f"{root}/{SEGMENTS_DIR}/{TMP_DIR}", f"{root}/{CONSUMERS_DIR}"):
             fs.create_dir(d, recursive=True)
-        atomic_write(manifest_path, manifest.to_json().encode(), fs=fs)
+        publish(fs, manifest_path, manifest.to_json().encode())
         return cls(fs, root, manifest, os.fspath(path))
 
     @classmethod
@@ -770,7 +763,7 @@ class Topic:
         old = self.consumers().get(name)
         if old is not None and position <= old:
             return
-        atomic_write(path, json.dumps({"position": int(position)}).encode(), fs=self.fs)
+        publish(self.fs, path, json.dumps({"position": int(position)}).encode())
 
     def unregister_consumer(self, name: str) -> None:
         """Forget consumer ``name``: retention no longer waits for it."""
@@ -814,8 +807,8 @@ class Topic:
         if doomed:
             # Recorded before anything is deleted: readers tell these gaps from lost files.
             floor = max(self._floor(), max(s.seq for s in doomed) + 1)
-            atomic_write(f"{self.root}/{RETENTION_NAME}", json.dumps({"floor": floor}).encode(),
-                         fs=self.fs)
+            publish(self.fs, f"{self.root}/{RETENTION_NAME}",
+                    json.dumps({"floor": floor}).encode())
         self._delete([s.path for s in doomed])
         return doomed
 

@@ -33,8 +33,8 @@ def test_sinks_take_file_uris(tmp_path):
     t.sink("out", s, epic.csv_sink(f"file://{out}"))
     epic.run(t)
     assert out.read_text().splitlines() == ["ts,v", "1,2"]
-    with pytest.raises(SpecError, match="s3:// scheme"):
-        epic.csv_sink("s3://bucket/o.csv")
+    with pytest.raises(SpecError, match="ftp:// scheme"):
+        epic.csv_sink("ftp://host/o.csv")
 
 
 def test_deploy_refuses_an_unsupported_work_directory_before_spark(tmp_path, monkeypatch):
@@ -68,3 +68,17 @@ def test_conf_option_needs_key_value(tmp_path):
     assert r.exit_code == 1
     assert "--conf 'spark.executor.memory': expected key=value" in r.output
     assert "--conf" in CliRunner().invoke(app, ["deploy", "--help"]).output
+
+
+def test_deploy_refuses_an_object_store_work_directory_with_the_reason(tmp_path, monkeypatch):
+    """epic deploy -w s3://... is refused before Spark, saying why and that sinks may use s3://."""
+    from epic.spark.runtime import deploy
+
+    monkeypatch.chdir(tmp_path)
+    t = epic.Topology("uri")
+    s = t.source("s", epic.iterator_source([{"ts": 1}], schema={"ts": "int64"}, time="ts",
+                                           unit="s"))
+    t.sink("out", s, epic.collect_sink())
+    with pytest.raises(EpicError, match="memory-map .* checkpoints .* sinks may write to s3://"):
+        deploy(t, "s3://bucket/wd")
+    assert list(tmp_path.iterdir()) == []

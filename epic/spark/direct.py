@@ -61,7 +61,7 @@ class Output:
 
     Attributes:
         kind: ``topic`` (a :class:`~epic.spark.topic_sink.TopicStreamWriter`) or ``file`` (the
-            CSV / Parquet writer of :func:`epic.spark.sink_query.make_file_sink_data_source`).
+            CSV / Parquet writer of :func:`epic.spark.object_sink.file_writer`).
         writer: the writer.
         port: for a splitstream's outputs, the port whose rows go here.
         sink: a collect / console / topic sink node whose columns (and delay columns) the rows

@@ -82,7 +82,7 @@ class Launcher:
 
         sink = node.sink
         if isinstance(sink, (CsvSink, ParquetSink)):
-            rec = read_sidecar(os.path.abspath(sink.path), self.deploy_id)
+            rec = read_sidecar(sink.path, self.deploy_id)
             return bool(rec and rec.get("eos"))
         try:
             topic = Topic.open(self.plan.sink_topic(node))

@@ -314,7 +314,7 @@ class DeployPlan:
         """A fused group as a branch of a query: its task specs and output writers."""
         from epic.sinks import CsvSink, ParquetSink
         from epic.spark.direct import Branch, Output
-        from epic.spark.sink_query import file_sink_writer
+        from epic.spark.object_sink import file_writer
         from epic.spark.tasks import TaskSpec
         from epic.spark.topic_sink import TopicStreamWriter
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -344,8 +344,8 @@ class DeployPlan:
 
         last = members[-1] if members else head
         if sink is not None and isinstance(sink.sink, (CsvSink, ParquetSink)):
-            outputs = [Output("file", file_sink_writer(sink, checkpoint=ckpt,
-                                                       workdir=self.workdir), sink=sink)]
+            outputs = [Output("file", file_writer(sink, checkpoint=ckpt, workdir=self.workdir),
+                              sink=sink)]
         elif sink is not None:
             outputs = [Output("topic", topic_writer(self.sink_topic(sink)), sink=sink)]
         elif isinstance(last, SplitNode):

@@ -35,7 +35,8 @@ from epic.atomic import atomic_json, atomic_path
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
 
-__all__ = ["file_sink_writer", "part_message", "read_sidecar", "deploy_id"]
+__all__ = ["file_sink_writer", "part_message", "read_sidecar", "deploy_id", "shaped_rows",
+           "sidecar_location"]
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,15 @@ def read_sidecar(path: str, deploy: str | None = None) -> dict | None:
         InputError: the record exists but cannot be read. It holds the committed length of the
             output; guessing would cut committed rows or double them, so the sink stops.
     """
-    side = os.path.join(path + ".epic", "commit.json")
+    side = sidecar_location(path)
     try:
-        with open(side) as f:
-            rec = json.load(f)
+        if side.is_local:
+            with open(side.path) as f:
+                rec = json.load(f)
+        else:
+            if not side.exists():
+                raise FileNotFoundError(side.uri)
+            rec = json.loads(side.read_bytes())
         if not isinstance(rec, dict):
             raise ValueError("not a JSON object")
         for k in ("batch", "length", "eos"):
@@ -82,10 +88,17 @@ def read_sidecar(path: str, deploy: str | None = None) -> dict | None:
             f"the committed length of {os.path.basename(path)}, so the sink stops rather than "
             "cut or double committed rows. Fix: restore it, or delete the output file, its .epic "
             "directory and the sink query's checkpoint and state to rewrite the output "
-            "(docs/deploy.md, 'Corrupt topics and sidecars')", path=side) from None
+            "(docs/deploy.md, 'Corrupt topics and sidecars')", path=side.uri) from None
     if deploy is not None and rec.get("deploy") not in (None, deploy):
         return None
     return rec
+
+
+def sidecar_location(path: str):
+    """Where a file sink's commit record is: ``<file>.epic/commit.json`` (a path or URI)."""
+    from epic.storage import resolve
+
+    return resolve(path, "sink path").sibling(".epic").join("commit.json")
 
 
 def deploy_id(workdir: str) -> str | None:
@@ -107,6 +120,32 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def shaped_rows(node, batches):
+    """Sink node ``node``'s rows (its columns, delay columns filled), batch by batch."""
+    from epic.operators.sinks import SinkOperator
+
+    stream = node.input
+    op = SinkOperator(node.sink, stream.schema, stream.time, stream.unit, node=node.name)
+    got = []
+
+    class _Collect:
+        table = None
+
+        def write(self, b, wm):
+            got.append(b)
+
+        def close(self, wm):
+            pass
+    op._writer = _Collect()
+    for b in batches:
+        if b.num_rows:
+            cols = [b.column(f.name) if b.column(f.name).type == f.type
+                    else b.column(f.name).cast(f.type) for f in stream.schema]
+            op.on_batch(pa.RecordBatch.from_arrays(cols, schema=stream.schema))
+            yield from got
+            got.clear()
 
 
 def file_sink_writer(node, *, checkpoint: str, workdir: str):
@@ -131,28 +170,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
     out_schema = sink.output_schema(stream.schema)
 
     def shaped(batches):
-        """The sink's rows (its columns, delay columns filled), batch by batch."""
-        from epic.operators.sinks import SinkOperator
-
-        op = SinkOperator(sink, stream.schema, stream.time, stream.unit, node=node.name)
-        got = []
-
-        class _Collect:
-            table = None
-
-            def write(self, b, wm):
-                got.append(b)
-
-            def close(self, wm):
-                pass
-        op._writer = _Collect()
-        for b in batches:
-            if b.num_rows:
-                cols = [b.column(f.name) if b.column(f.name).type == f.type
-                        else b.column(f.name).cast(f.type) for f in stream.schema]
-                op.on_batch(pa.RecordBatch.from_arrays(cols, schema=stream.schema))
-                yield from got
-                got.clear()
+        return shaped_rows(node, batches)
 
     class FileSinkWriter:
         def write(self, iterator):

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from epic.errors import EpicError
 from epic.operator import ENTRY_COLUMN
+from epic.replay import entry_times
 from epic.spark.tags import PHASE_ROWS, tag, topic_schema, with_tags
 from epic.timecore import closing_watermark, source_watermark
 
@@ -93,7 +94,7 @@ class _Items:
                 return next(self._it)
             except StopIteration:
                 return StopIteration
-        deadline = _time.monotonic() + (30.0 if block else 0.05)
+        deadline = _time.monotonic() + (30.0 if block else 0.0)  # live: what has arrived
         with self._cv:
             while not self._q:
                 left = deadline - _time.monotonic()
@@ -154,7 +155,7 @@ class SourcePlanner:
         self.lateness = src.lateness_ticks()
         self.time_col = src.time
         self.source_id = f"source:{node.name}"
-        self.bounded = bool(getattr(src, "bounded", True))
+        self.bounded = not src.live   # a paced replay: plan what has arrived, as for a live source
         self.reorder = src.reorderer() is not None
         self._items = None       # _Items, positioned at self._next
         self._next = 0
@@ -257,9 +258,7 @@ class SourcePlanner:
             return True
         b = item
         if self.entry:
-            now = _time.time_ns()
-            b = b.append_column(ENTRY_COLUMN, pa.array(np.full(b.num_rows, now,
-                                                                dtype=np.int64)))
+            b = b.append_column(ENTRY_COLUMN, entry_times(b, _time.time_ns))
         b = pa.RecordBatch.from_arrays(b.columns, schema=self.user_schema)
         times = b.column(self.time_col)
         if times.null_count:

@@ -15,13 +15,12 @@ import pyarrow as pa
 import pytest
 
 import epic
-from epic.cli import load_topology
 from epic.spark.runtime import deploy
 from epic.spark.source_query import key_partition
 from epic.testing import rows_key
 from epic.topics import Topic
 
-from test_deploy import ROOT, _csv_lines, _same_rows
+from test_deploy import _same_rows
 
 pytestmark = pytest.mark.spark
 

@@ -54,16 +54,12 @@ def test_planner_takes_what_has_arrived():
     the last trigger), and every planned row was released before it was planned."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from epic.spark.source_query import make_source_data_source
-    from epic.spark.tags import topic_schema
+    from epic.spark.source_query import SourcePlanner
 
     speed = 10.0   # 6 s of event time in 0.6 s
     topo, rows = _topology(speed, delays=True)
     node = topo.nodes["events"]
-    cls = make_source_data_source(node, name="x", schema=topic_schema(node.output.schema),
-                                  source_index=0, n_sources=1, batch_rows=1_000_000,
-                                  parallelism=1, prefetch=True)
-    reader = cls({}).streamReader(None)
+    reader = SourcePlanner(node, source_index=0, n_sources=1, prefetch=True)
     start = reader.initialOffset()
     sizes, began = [], time.time_ns()
     while True:

@@ -1,0 +1,323 @@
+"""Where epic's files live: a local path, a ``file://`` URI, or a store reached through pyarrow.
+
+:func:`resolve` turns a path or URI into a :class:`Location` (a pyarrow filesystem and a path in
+it) once, with the operations epic needs: open for reading and writing, list, exists, makedirs,
+delete, and :meth:`Location.publish`, the atomic write of a small file (a manifest, a consumer
+position, a snapshot, a commit record) by the rule of the store (:func:`commit_rule`):
+
+=========  ===================================================================================
+store      how a file is published so that readers see the old content or the new, never a part
+=========  ===================================================================================
+local      temp file beside it, flush, ``fsync``, ``rename`` over it, ``fsync`` the directory
+           (``rename`` is atomic on POSIX file systems). Plain paths and ``file://`` URIs.
+hdfs       temp file beside it, then rename (atomic in the NameNode). pyarrow replaces an
+           existing destination by deleting it first, so a reader may briefly find a replaced
+           file absent (epic's readers do not retry). Untested: no libhdfs on the test machine.
+object     (``s3://``, ``gs://``, ``abfs://``) no rename exists (pyarrow's ``move`` is a copy and
+           a delete). An object is written once under its final name: the upload becomes visible
+           whole when it completes, or not at all, so the PUT is the commit. Data that must
+           appear under a name chosen later (topic segments: their sequence number is allocated
+           by the committer) is written to a unique temp name and copied server-side; the copy is
+           again all or nothing. Listing is read-after-write consistent on S3 (since 2020) and
+           GCS; epic relies on that for topic segments and state snapshots.
+=========  ===================================================================================
+
+Local paths keep epic's fast code paths (``os``, ``fsync``, ``rename``, memory maps): a
+:class:`Location` of the local file system is a plain absolute path.
+
+A URI names only the bucket and path (``s3://bucket/prefix``); endpoint, region and credentials
+come from the store's usual environment (``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``,
+``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` or ``~/.aws``...), which Spark's executors
+inherit. Options or credentials in the URI are refused (epic appends paths to it, and records it
+in ``deploy.json`` and messages). A scheme pyarrow has no filesystem for, or whose filesystem
+cannot be loaded here (``hdfs://`` without libhdfs and a JVM), is refused with the reason;
+nothing is ever written to a local directory named after a URI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
+
+import pyarrow.fs as pafs
+
+from .errors import SpecError
+
+__all__ = ["Location", "resolve", "check_uri", "store_kind", "commit_rule", "publish", "fsync_local",
+           "REMOTE_SCHEMES", "LOCAL"]
+
+#: The local file system (one instance: it holds no state).
+LOCAL = pafs.LocalFileSystem()
+
+#: URI schemes handed to ``pyarrow.fs.FileSystem.from_uri``, and the kind of store each is.
+REMOTE_SCHEMES = {"s3": "object", "gs": "object", "gcs": "object", "abfs": "object",
+                  "abfss": "object", "hdfs": "hdfs", "viewfs": "hdfs"}
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+_RULES = {
+    "local": "temp file, fsync, rename over the target, fsync the directory (POSIX rename is "
+             "atomic)",
+    "hdfs": "temp file, rename over the target (atomic in the NameNode; pyarrow deletes an "
+            "existing target first)",
+    "object": "one PUT under the final name (the object appears whole when the upload "
+              "completes); a name chosen later gets a unique temp object copied server-side",
+    "other": "temp file, then the filesystem's move (its atomicity is the filesystem's)",
+}
+
+
+def store_kind(fs: pafs.FileSystem) -> str:
+    """``"local"``, ``"hdfs"``, ``"object"`` or ``"other"`` (e.g. pyarrow's mock filesystem).
+
+    >>> store_kind(LOCAL)
+    'local'
+    """
+    name = fs.type_name
+    if name == "subtree":
+        return store_kind(fs.base_fs)
+    if name == "local":
+        return "local"
+    if name == "hdfs":
+        return "hdfs"
+    if name in ("s3", "gcs", "abfs"):
+        return "object"
+    return "other"
+
+
+def commit_rule(fs: pafs.FileSystem) -> str:
+    """How :func:`publish` makes a file visible atomically on ``fs`` (see the module table)."""
+    return _RULES[store_kind(fs)]
+
+
+def fsync_local(fs: pafs.FileSystem, path: str, *, directory: bool = False) -> None:
+    """Force data (or a directory entry) to disk; only meaningful, and only done, on local disks.
+
+    pyarrow output streams expose no fsync, so the file is reopened: fsync on any descriptor of a
+    file flushes that file's dirty pages on Linux. An object store's upload is durable when it
+    completes.
+    """
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` of ``fs`` atomically, by the store's rule (:func:`commit_rule`).
+
+    On a failure the old content stays in place and no temp file is left behind.
+    """
+    if store_kind(fs) == "object":
+        # The upload completes at close; an exception before that aborts it (nothing visible).
+        with fs.open_output_stream(path) as f:
+            f.write(data)
+        return
+    d, name = path.rsplit("/", 1) if "/" in path else (".", path)
+    tmp = f"{d}/.{name}.{uuid.uuid4().hex}.tmp"
+    try:
+        with fs.open_output_stream(tmp) as f:
+            f.write(data)
+        fsync_local(fs, tmp)
+        fs.move(tmp, path)
+    except BaseException:
+        try:
+            fs.delete_file(tmp)
+        except (OSError, FileNotFoundError):
+            pass
+        raise
+    fsync_local(fs, d, directory=True)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A path in a filesystem: what :func:`resolve` returns. Picklable (pyarrow filesystems are;
+    an S3 filesystem re-reads its credentials from the environment where it is unpickled).
+
+    Attributes:
+        fs: The pyarrow filesystem.
+        path: The path in ``fs`` (absolute for the local file system, ``bucket/key`` for S3).
+        uri: What the user gave (for messages); joined paths extend it.
+    """
+
+    fs: pafs.FileSystem
+    path: str
+    uri: str
+
+    @property
+    def kind(self) -> str:
+        """The store kind (:func:`store_kind`)."""
+        return store_kind(self.fs)
+
+    @property
+    def is_local(self) -> bool:
+        """True for the local file system: ``path`` is an OS path (``os``, memory maps work)."""
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    @property
+    def name(self) -> str:
+        """The last path component."""
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    def join(self, *names: str) -> Location:
+        """The location of ``names`` below this one.
+
+        >>> resolve("/data/wd").join("topics", "a").path
+        '/data/wd/topics/a'
+        """
+        tail = "/".join(n.strip("/") for n in names)
+        return Location(self.fs, f"{self.path.rstrip('/')}/{tail}",
+                        f"{self.uri.rstrip('/')}/{tail}")
+
+    def parent(self) -> Location:
+        """The enclosing directory."""
+        p = self.path.rstrip("/").rsplit("/", 1)[0] or "/"
+        u = self.uri.rstrip("/").rsplit("/", 1)[0]
+        return Location(self.fs, p, u)
+
+    def sibling(self, suffix: str) -> Location:
+        """This path with ``suffix`` appended to its last component (``out.csv`` -> ``out.csv.epic``)."""
+        return Location(self.fs, self.path.rstrip("/") + suffix, self.uri.rstrip("/") + suffix)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def info(self) -> pafs.FileInfo:
+        return self.fs.get_file_info(self.path)
+
+    def exists(self) -> bool:
+        """Whether a file or directory is there."""
+        return self.info().type != pafs.FileType.NotFound
+
+    def is_dir(self) -> bool:
+        return self.info().type == pafs.FileType.Directory
+
+    def list(self) -> list[pafs.FileInfo]:
+        """The entries directly below this directory, by name (empty if it does not exist)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        return sorted(infos, key=lambda fi: fi.base_name)
+
+    # -- reading and writing -----------------------------------------------------------------
+
+    def read_bytes(self) -> bytes:
+        with self.fs.open_input_stream(self.path) as f:
+            return f.read()
+
+    def open_input(self):
+        """A random-access file (``read_at``, ``size``) for pyarrow readers."""
+        return self.fs.open_input_file(self.path)
+
+    def open_output(self):
+        """A new output stream; on an object store the object appears when it is closed."""
+        return self.fs.open_output_stream(self.path)
+
+    def publish(self, data: bytes) -> None:
+        """Write ``data`` atomically by the store's rule (:func:`publish`)."""
+        publish(self.fs, self.path, data)
+
+    def makedirs(self) -> None:
+        """Create this directory and its parents (on an object store: a marker object, harmless)."""
+        self.fs.create_dir(self.path, recursive=True)
+
+    def delete(self) -> None:
+        """Delete the file; a missing file is not an error (deletion is idempotent)."""
+        try:
+            self.fs.delete_file(self.path)
+        except (FileNotFoundError, OSError):
+            pass
+
+    def delete_dir(self) -> None:
+        """Delete the directory and everything below it; a missing one is not an error."""
+        try:
+            self.fs.delete_dir(self.path)
+        except (FileNotFoundError, OSError):
+            pass
+
+    def move_to(self, dest: Location) -> None:
+        """Rename (local, HDFS) or copy-and-delete (object stores: the copy is all or nothing)."""
+        self.fs.move(self.path, dest.path)
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+def check_uri(uri: str, what: str = "path") -> str | None:
+    """Check a path or URI without touching the store; return its remote scheme (None if local).
+
+    What can be told from the text alone is refused here (at topology build time): an unknown
+    scheme, a ``file://`` URI naming another host, options or credentials in the URI. Whether the
+    store can be reached is told by :func:`resolve`, at start.
+
+    >>> check_uri("s3://bucket/out.csv"), check_uri("out.csv"), check_uri("file:///tmp/x")
+    ('s3', None, None)
+    """
+    p = os.fspath(uri)
+    m = _SCHEME.match(p)
+    if not m:
+        return None
+    scheme = m.group(1).lower()
+    u = urlparse(p)
+    if scheme == "file":
+        if u.netloc not in ("", "localhost"):
+            raise SpecError(f"{what} {p!r}: a file:// URI with host {u.netloc!r} is not local; "
+                            "use file:///absolute/path (or mount the share and give its path)")
+        return None
+    if scheme not in REMOTE_SCHEMES:
+        raise SpecError(f"{what} {p!r}: the {scheme}:// scheme is not supported: epic writes "
+                        "to a path or file:// URI, or through pyarrow's filesystems to "
+                        f"{', '.join(s + '://' for s in sorted(REMOTE_SCHEMES))}")
+    if u.query or u.fragment or u.params:
+        raise SpecError(f"{what} {p!r}: options in a {scheme}:// URI are not supported (epic "
+                        "appends paths to it): give s3://bucket/path and set the endpoint, "
+                        "region and credentials in the environment (AWS_ENDPOINT_URL, "
+                        "AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, ... for S3)")
+    if "@" in u.netloc and scheme in ("s3", "gs", "gcs"):
+        raise SpecError(f"{what}: credentials in a {scheme}:// URI are not supported (the URI is "
+                        "recorded in deploy.json and shown in messages): set them in the "
+                        "environment or the store's config file instead")
+    return scheme
+
+
+def resolve(path: str | os.PathLike | Location, what: str = "path", *,
+            filesystem: pafs.FileSystem | None = None) -> Location:
+    """The :class:`Location` of a plain path or a URI (resolved once; join paths to the result).
+
+    Plain paths and ``file://`` URIs (also Hadoop's ``file:/abs/path``) are local: the path is
+    made absolute. ``s3://``, ``gs://``, ``abfs://``, ``hdfs://`` go through pyarrow. With
+    ``filesystem``, ``path`` is a path in it (tests: pyarrow's mock or sub-tree filesystems).
+
+    >>> resolve("file:///data/wd").path
+    '/data/wd'
+    >>> resolve("ftp://host/x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    epic.errors.SpecError: path 'ftp://host/x': the ftp:// scheme is not supported ...
+
+    Raises:
+        SpecError: an unsupported scheme, a ``file://`` URI naming another host, options or
+            credentials in the URI, or a store pyarrow cannot load here; each with the reason.
+    """
+    if isinstance(path, Location):
+        return path
+    p = os.fspath(path)
+    if filesystem is not None:
+        return Location(filesystem, p.rstrip("/") or "/", p)
+    if p.startswith("file:") and not p.startswith("file://"):
+        p = p[len("file:"):]  # Hadoop-style "file:/abs/path", as Spark may hand it over
+    scheme = check_uri(p, what)
+    if scheme is None:
+        if _SCHEME.match(p):
+            p = unquote(urlparse(p).path)
+        return Location(LOCAL, os.path.abspath(p), os.fspath(path))
+    try:
+        fs, fpath = pafs.FileSystem.from_uri(p)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises OSError, ArrowInvalid, ...
+        raise SpecError(f"{what} {p!r}: the {scheme}:// store cannot be opened through "
+                        f"pyarrow's filesystem layer here: {str(exc).splitlines()[0]}. Give a "
+                        "path or file:// URI on a mounted file system, or install what the "
+                        "store needs") from None
+    return Location(fs, fpath.rstrip("/"), p.rstrip("/"))

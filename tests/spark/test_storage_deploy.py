@@ -1,0 +1,168 @@
+"""epic deploy writing its CSV sinks to an S3-compatible object store (moto's server on
+loopback): the outputs equal `epic run`'s, also after a crash inside a sink commit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import epic
+from epic.cli import load_topology
+from epic.storage import resolve
+from s3_store import s3_server
+from test_deploy import ROOT
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TOPOLOGY = ROOT / "topologies" / "sensor_averages.py"
+OUTPUTS = ("averages.csv", "late_readings.csv")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """``s3://<fresh bucket>``; the AWS variables are in the environment the deploys inherit
+    (Spark's Python workers must see them: they are set before each deploy's JVM starts)."""
+    with s3_server() as root:
+        yield root
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """`epic run`'s outputs of the topology, on the local disk."""
+    out = tmp_path_factory.mktemp("ref")
+    epic.run(load_topology(TOPOLOGY, params={"out": str(out)}))
+    return {n: _lines((out / n).read_bytes()) for n in OUTPUTS}
+
+
+def _deploy(wd, out, *, fuse=False, crash=None):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
+    if crash:
+        env["EPIC_CRASH_AT"] = crash
+    cmd = [sys.executable, "-m", "epic.spark.cli", "deploy", str(TOPOLOGY), "--workdir", str(wd),
+           "--batch-rows", "500", "--no-progress", "--timeout", "240"] \
+        + (["--fuse"] if fuse else []) + ["--", "--out", out]
+    return subprocess.run(cmd, env=env, start_new_session=True, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _lines(data: bytes) -> tuple[str, list[str]]:
+    """Header and sorted rows (a keyed node's partitions interleave their rows, as in
+    tests/spark/test_deploy.py)."""
+    lines = data.decode().splitlines()
+    return (lines[0] if lines else ""), sorted(lines[1:])
+
+
+def _read(uri):
+    loc = resolve(uri)
+    with loc.fs.open_input_stream(loc.path) as f:
+        return _lines(f.read())
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["queries", "fused"])
+def test_deploy_writes_csv_sinks_to_s3(s3, reference, tmp_path, fuse):
+    """Every sink's object holds `epic run`'s header and rows, each once; no temp is left."""
+    out = f"{s3}/deploy-{'fused' if fuse else 'queries'}"
+    r = _deploy(tmp_path / "wd", out, fuse=fuse)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for n in OUTPUTS:
+        assert _read(f"{out}/{n}") == reference[n], n
+        meta = resolve(f"{out}/{n}.epic")
+        assert [fi.base_name for fi in meta.join("_tmp").list()] == []
+        assert b'"eos": true' in meta.join("commit.json").read_bytes()
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_crash_inside_an_s3_sink_commit_is_recovered(s3, reference, tmp_path):
+    """SIGKILL after the first part of a commit was copied; the rerun completes exactly once."""
+    out = f"{s3}/crash"
+    wd = tmp_path / "wd"
+    first = _deploy(wd, out, crash="sink-commit:2")
+    assert first.returncode == -9, (first.returncode, first.stderr[-3000:])
+    assert not resolve(f"{out}/averages.csv").exists()  # only appears, whole, at the end
+    parts = resolve(f"{out}/averages.csv.epic/parts")
+    assert parts.list(), "the kill came after a part was copied, before the commit record"
+    again = _deploy(wd, out)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    for n in OUTPUTS:
+        assert _read(f"{out}/{n}") == reference[n], n
+
+
+PARQUET_TOPOLOGY = '''
+import epic
+
+out = epic.param("out", "out")
+t = topology = epic.Topology("pq_s3")
+s = t.source("s", epic.iterator_source(
+    [{"ts": i, "k": i % 5, "v": i * 0.25} for i in range(3000)],
+    schema={"ts": "int64", "k": "int64", "v": "float64"}, time="ts", unit="s", batch_rows=250))
+w = t.window("w", s, epic.tumbling(100), key="k", late="drop",
+             aggregates=[epic.count("n"), epic.sum("v", name="sv")])
+t.sink("pq", w, epic.parquet_sink(out + "/w.parquet"))
+'''
+
+
+def test_deploy_writes_a_parquet_sink_to_s3(s3, tmp_path):
+    """A Parquet sink on s3:// holds `epic run`'s rows once the deploy ends."""
+    import pyarrow.parquet as pq
+
+    topo = tmp_path / "pq_s3.py"
+    topo.write_text(PARQUET_TOPOLOGY)
+    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
+    env = {k: v for k, v in os.environ.items() if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
+    r = subprocess.run([sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir",
+                        str(tmp_path / "wd"), "--batch-rows", "500", "--no-progress",
+                        "--timeout", "240", "--", "--out", f"{s3}/pq"],
+                       env=env, start_new_session=True, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    loc = resolve(f"{s3}/pq/w.parquet")
+    with loc.open_input() as f:
+        got = pq.read_table(f)
+    ref = pq.read_table(tmp_path / "ref" / "w.parquet")
+    key = [("k", "ascending"), ("window_start", "ascending")]
+    assert got.num_rows == ref.num_rows > 0
+    assert got.sort_by(key).equals(ref.sort_by(key))
+
+
+TOPIC_TOPOLOGY = PARQUET_TOPOLOGY.replace(
+    't.sink("pq", w, epic.parquet_sink(out + "/w.parquet"))',
+    't.sink("tp", w, epic.topic_sink(out + "/w"))')
+
+
+def test_deploy_writes_a_topic_sink_to_s3(s3, tmp_path):
+    """A topic sink on s3:// (segments committed by copy, markers, end of stream) holds `epic
+    run`'s rows and ends with an end-of-stream segment."""
+    from epic.topics import Topic
+
+    topo = tmp_path / "tp_s3.py"
+    topo.write_text(TOPIC_TOPOLOGY)
+    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
+    env = {k: v for k, v in os.environ.items() if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
+    r = subprocess.run([sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir",
+                        str(tmp_path / "wd"), "--batch-rows", "500", "--no-progress",
+                        "--timeout", "240", "--", "--out", f"{s3}/tp"],
+                       env=env, start_new_session=True, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    topic = Topic.open(f"{s3}/tp/w")
+    assert topic.status().eos
+    key = [("k", "ascending"), ("window_start", "ascending")]
+    got = topic.read_table().sort_by(key)
+    ref = Topic.open(tmp_path / "ref" / "w").read_table().sort_by(key)
+    assert got.num_rows == ref.num_rows > 0
+    assert got.equals(ref)
+
+
+def test_a_fresh_deploy_replaces_an_s3_output(s3, reference, tmp_path):
+    """A second deploy (fresh work directory) writing the same s3:// outputs replaces them, as
+    `epic run` does: the first deploy's parts and record are not mistaken for its own."""
+    out = f"{s3}/twice"
+    for wd in ("wd1", "wd2"):
+        r = _deploy(tmp_path / wd, out)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for n in OUTPUTS:
+        assert _read(f"{out}/{n}") == reference[n], n

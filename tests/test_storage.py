@@ -1,0 +1,224 @@
+"""epic.storage: paths and URIs resolved once, each store's commit rule, and topics, state
+snapshots and `epic run` file sinks on pyarrow's local, sub-tree and mock filesystems and on an
+S3-compatible object store on loopback (moto's server)."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+import epic
+from epic.errors import InputError, SpecError
+from epic.paths import output_path
+from epic.storage import LOCAL, commit_rule, publish, resolve, store_kind
+from epic.topics import Topic
+from s3_store import s3_server
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """``s3://<fresh bucket>`` on a moto server for this module."""
+    with s3_server() as root:
+        yield root
+
+
+def _batch(ts, key="a"):
+    return pa.record_batch([pa.array(ts, pa.int64()), pa.array([key] * len(ts))],
+                           names=["ts", "key"])
+
+
+SCHEMA = pa.schema([("ts", pa.int64()), ("key", pa.string())])
+
+
+# -- resolving ---------------------------------------------------------------------------------
+
+def test_plain_paths_and_file_uris_are_local(tmp_path):
+    """Plain paths become absolute; file:///, file://localhost/ and Hadoop's file:/ decode."""
+    assert resolve("out/a.csv").path == os.path.abspath("out/a.csv")
+    for uri in (f"file://{tmp_path}/a%20b", f"file://localhost{tmp_path}/a%20b",
+                f"file:{tmp_path}/a b"):
+        loc = resolve(uri)
+        assert loc.is_local and loc.path == f"{tmp_path}/a b", uri
+    loc = resolve(str(tmp_path)).join("topics", "n")
+    assert loc.path == f"{tmp_path}/topics/n" and loc.parent().path == f"{tmp_path}/topics"
+    assert loc.sibling(".epic").path == f"{tmp_path}/topics/n.epic"
+
+
+@pytest.mark.parametrize("uri,why", [
+    ("ftp://host/x", "ftp:// scheme is not supported"),
+    ("http://host/x", "http:// scheme is not supported"),
+    ("file://otherhost/x", "is not local"),
+    ("s3://bucket/x?endpoint_override=127.0.0.1:9000", "options in a s3:// URI"),
+    ("s3://key:secret@bucket/x", "credentials in a s3:// URI"),
+])
+def test_unsupported_uris_are_refused_with_the_reason(uri, why, tmp_path, monkeypatch):
+    """Refused before any store is contacted, and nothing is created locally."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match=why):
+        resolve(uri, "work directory")
+    with pytest.raises(SpecError, match=why):
+        output_path(uri, "csv_sink path")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_pyarrow_cannot_load_is_refused_with_its_reason():
+    """hdfs:// without libhdfs and a JVM: refused at resolve time with pyarrow's reason."""
+    try:
+        pafs.FileSystem.from_uri("hdfs://127.0.0.1:1/x")
+    except Exception:  # noqa: BLE001
+        pass
+    else:
+        pytest.skip("this machine can load HDFS")
+    with pytest.raises(SpecError, match="hdfs:// store cannot be opened through pyarrow's "
+                                        "filesystem layer here: .*(libhdfs|libjvm)"):
+        resolve("hdfs://127.0.0.1:1/wd", "work directory")
+
+
+def test_store_kinds_and_their_commit_rules(tmp_path):
+    """Local (also below a sub-tree) renames; pyarrow's mock filesystem is 'other'."""
+    assert store_kind(LOCAL) == "local" and "rename" in commit_rule(LOCAL)
+    assert store_kind(pafs.SubTreeFileSystem(str(tmp_path), LOCAL)) == "local"
+    assert store_kind(pafs._MockFileSystem()) == "other"
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: (LOCAL, str(d)),
+    lambda d: (pafs.SubTreeFileSystem(str(d), LOCAL), "sub"),
+    lambda d: (pafs._MockFileSystem(), "m"),
+])
+def test_publish_replaces_whole_and_leaves_no_temp(tmp_path, make):
+    """publish() writes new content over old and leaves only the target in the directory."""
+    fs, d = make(tmp_path)
+    fs.create_dir(d, recursive=True)
+    publish(fs, f"{d}/rec.json", b"old")
+    publish(fs, f"{d}/rec.json", b"new content")
+    with fs.open_input_stream(f"{d}/rec.json") as f:
+        assert f.read() == b"new content"
+    assert [fi.base_name for fi in fs.get_file_info(pafs.FileSelector(d))] == ["rec.json"]
+
+
+def test_topics_work_on_a_mock_filesystem():
+    """A topic on pyarrow's in-memory filesystem: two-part batch, consumers, retention."""
+    fs = pafs._MockFileSystem()
+    t = Topic.create("t", SCHEMA, time_column="ts", filesystem=fs)
+    a = t.write_temp([_batch([1, 2])], producer="p", batch_id=0, part=0)
+    b = t.write_temp([_batch([3])], producer="p", batch_id=0, part=1)
+    assert [s.seq for s in t.commit_batch("p", 0, [a, b], watermark=3)] == [0, 1]
+    t.append([_batch([4])], producer="p", batch_id=1, watermark=4)
+    t.register_consumer("c")
+    t.commit_consumer("c", 2)
+    assert [s.seq for s in t.apply_retention()] == [0, 1]
+    reopened = Topic.open("t", filesystem=fs)
+    assert reopened.read_table().column("ts").to_pylist() == [4]
+    assert reopened.consumers() == {"c": 2}
+
+
+# -- S3 (moto server on loopback) ----------------------------------------------------------------
+
+def test_s3_publish_is_one_put_with_no_temp_object(s3):
+    """On an object store the small-file commit is a single PUT under the final name."""
+    loc = resolve(f"{s3}/pub")
+    assert loc.kind == "object" and "PUT" in commit_rule(loc.fs)
+    loc.join("rec.json").publish(b"1")
+    loc.join("rec.json").publish(b"22")
+    assert [fi.base_name for fi in loc.list()] == ["rec.json"]
+    assert loc.join("rec.json").read_bytes() == b"22"
+
+
+def test_topic_on_s3_commits_reads_retains_and_detects_corruption(s3):
+    """Every topic operation through s3://: multi-part commit, idempotent replay, markers,
+    consumers, retention floor, and a truncated committed segment raising InputError."""
+    uri = f"{s3}/topics/t"
+    t = Topic.create(uri, SCHEMA, time_column="ts")
+    a = t.write_temp([_batch([1, 2])], producer="p", batch_id=0, part=0)
+    b = t.write_temp([_batch([3])], producer="p", batch_id=0, part=1)
+    segs = t.commit_batch("p", 0, [a, b], watermark=3)
+    assert [(s.seq, s.part, s.rows) for s in segs] == [(0, 0, 2), (1, 1, 1)]
+    again = t.write_temp([_batch([1, 2])], producer="p", batch_id=0)
+    assert [s.seq for s in t.commit_batch("p", 0, [again])] == [0, 1]  # replay: dropped
+    t.append([_batch([4, 5])], producer="p", batch_id=1, watermark=5)
+    t.append_marker(producer="p", batch_id=2, watermark=9, eos=True)
+    t2 = Topic.open(uri)
+    assert t2.read_table().column("ts").to_pylist() == [1, 2, 3, 4, 5]
+    st = t2.status()
+    assert (st.last_seq, st.watermark, st.eos) == (3, 9, True)
+    assert t2.fs.get_file_info(pafs.FileSelector(t2.tmp_dir, allow_not_found=True)) == []
+    t2.register_consumer("c")
+    t2.commit_consumer("c", 2)
+    assert [s.seq for s in t2.apply_retention()] == [0, 1]
+    assert t2.read_table().column("ts").to_pylist() == [4, 5]
+    seg = t2.segments()[0]
+    with t2.fs.open_input_stream(seg.path) as f:
+        data = f.read()
+    with t2.fs.open_output_stream(seg.path) as f:
+        f.write(data[:-8])  # drop the IPC end-of-stream marker
+    with pytest.raises(InputError, match="is corrupt: the file is truncated"):
+        Topic.open(uri).read_table()
+
+
+def test_state_snapshots_on_s3(s3):
+    """StateStore through s3://: newest snapshot before a batch, three kept."""
+    from epic.spark.tasks import StateStore, node_marker
+
+    from epic import serde
+
+    st = StateStore(f"{s3}/state/w", 0)
+    for b in range(5):
+        st.save(b, serde.packb({"mark": 10 * b, "ended": b == 4}))
+    assert serde.unpackb(st.load_before(3))["mark"] == 20
+    assert sorted(fi.base_name for fi in st.fs.get_file_info(pafs.FileSelector(st.dir))) == \
+        ["2.state", "3.state", "4.state"]
+    assert node_marker(f"{s3}/state/w", 4) == (40, True)
+
+
+def _topology(out_csv, out_parquet, out_topic, rows=500):
+    t = epic.Topology("s3run")
+    s = t.source("s", epic.iterator_source(
+        [{"ts": i, "k": i % 7, "v": i * 0.5} for i in range(rows)],
+        schema={"ts": "int64", "k": "int64", "v": "float64"}, time="ts", unit="s",
+        batch_rows=64))
+    w = t.window("w", s, epic.tumbling(10), key="k", late="drop",
+                 aggregates=[epic.count("n"), epic.sum("v", name="sv")])
+    t.sink("csv", w, epic.csv_sink(out_csv))
+    t.sink("pq", w, epic.parquet_sink(out_parquet))
+    t.sink("tp", w, epic.topic_sink(out_topic))
+    return t
+
+
+def test_epic_run_writes_file_and_topic_sinks_to_s3(s3, tmp_path):
+    """epic run with CSV, Parquet and topic sinks on s3:// writes what it writes locally."""
+    epic.run(_topology(f"{s3}/run/o.csv", f"{s3}/run/o.parquet", f"{s3}/run/t"))
+    epic.run(_topology(str(tmp_path / "o.csv"), str(tmp_path / "o.parquet"),
+                       str(tmp_path / "t")))
+    fs = resolve(s3).fs
+    bucket = resolve(s3).path
+    with fs.open_input_stream(f"{bucket}/run/o.csv") as f:
+        assert f.read() == (tmp_path / "o.csv").read_bytes()
+    with fs.open_input_file(f"{bucket}/run/o.parquet") as f:
+        assert pq.read_table(f).equals(pq.read_table(tmp_path / "o.parquet"))
+    assert Topic.open(f"{s3}/run/t").read_table().equals(Topic.open(tmp_path / "t").read_table())
+    back = epic.Topology("s3back")
+    src = back.source("t", epic.topic_source(f"{s3}/run/t"))
+    back.sink("out", src, epic.csv_sink(f"{s3}/run/back.csv"))
+    epic.run(back)
+    with fs.open_input_stream(f"{bucket}/run/back.csv") as f:
+        rows = f.read().decode().splitlines()
+    assert len(rows) - 1 == Topic.open(tmp_path / "t").read_table().num_rows > 0
+
+
+def test_an_unreachable_bucket_is_refused_before_the_run(s3):
+    """A sink in a bucket that does not exist fails the start checks (`epic run` / `epic
+    deploy` run them before any node), naming the sink and the store's error."""
+    from epic.errors import OutputError
+    from epic.preflight import check_output_paths
+
+    t = epic.Topology("nobucket")
+    s = t.source("s", epic.iterator_source([{"ts": 1}], schema={"ts": "int64"}, time="ts",
+                                           unit="s"))
+    t.sink("out", s, epic.csv_sink("s3://no-such-bucket-epic/o.csv"))
+    with pytest.raises(OutputError, match="sink 'out': the store cannot be written: .*bucket"):
+        check_output_paths(t)
