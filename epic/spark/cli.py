@@ -39,10 +39,9 @@ def register(app: typer.Typer) -> None:
                                         "<workdir>/spark-conf.json."),
                archive: Optional[Path] = typer.Option(
                    None, "--archive",
-                   help="A packed environment (`epic pack`) whose Python the executors run, "
-                        "shipped as spark.archives. epic and the topology's own modules are "
-                        "shipped as spark.submit.pyFiles whenever --master is not local "
-                        "(docs/cluster.md)."),
+                   help="A packed environment (epic pack) whose Python the executors run "
+                        "(spark.archives). With it or a non-local --master, epic and the "
+                        "topology's code go as pyFiles (docs/cluster.md)."),
                ui: bool = typer.Option(False, "--ui", help="Start the Spark UI."),
                fuse: bool = typer.Option(False, "--fuse",
                                          help="Run chains of nodes in one query each (docs/deploy.md)."),
