@@ -15,8 +15,9 @@ Two pieces, as PySpark's documentation describes them:
   epic itself (shipped as code, so the archive does not change with every edit) and without
   pyspark and py4j (every Spark installation has them as ``$SPARK_HOME/python/lib/*.zip``, which
   Spark puts on the workers' path). :func:`session_settings` passes it as
-  ``spark.archives=<archive>#environment`` and points ``PYSPARK_PYTHON`` at
-  ``./environment/bin/python``. Like ``venv-pack``, the archive holds no interpreter: its
+  ``spark.archives=<archive>#environment``, and executors run its ``bin/python`` (through the
+  name ``epic-python``: see :func:`session_settings` for why not PySpark's
+  ``./environment/bin/python``). Like ``venv-pack``, the archive holds no interpreter: its
   ``bin/python`` links to the base Python it was packed from (:attr:`PackResult.python`), which
   must exist at that path on every worker.
 
@@ -250,10 +251,16 @@ def session_settings(topology, workdir: str, *, archive: str | None = None,
     """Spark settings and driver environment variables that ship code (and ``archive``).
 
     Returns:
-        ``(conf, env)``: ``spark.submit.pyFiles`` (and ``spark.archives``) to pass to the
-        session, and the ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to set before it starts
-        (only with an archive: executors then run ``./environment/bin/python``, the driver
-        and its planner processes this interpreter).
+        ``(conf, env)``: ``spark.submit.pyFiles`` (and ``spark.archives`` with the executors'
+        ``PATH``) to pass to the session, and the ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON``
+        / ``PATH`` to set before it starts (only with an archive). PySpark's recipe,
+        ``PYSPARK_PYTHON=./environment/bin/python``, cannot work for epic: Python data sources
+        plan on the driver with the same interpreter setting, from the driver JVM's working
+        directory, which has no ``environment/``. So the interpreter is the bare name
+        ``epic-python``, which each JVM looks up on its own ``PATH``: the driver's finds a
+        script running this Python, an executor's the archive's ``bin/epic-python``. With a
+        ``local`` master the executor is the driver's JVM, so the archive is unpacked but
+        this Python runs the tasks.
 
     Raises:
         EpicError: ``archive`` is missing or not an archive Spark unpacks with links intact.
