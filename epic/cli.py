@@ -117,6 +117,9 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
         raise TopologyError(f"{path}: unknown parameter(s) {', '.join(unknown)}; the topology "
                             f"reads: {known}")
     found = {k: v for k, v in vars(module).items() if isinstance(v, Topology)}
+    for t in found.values():
+        # Where it came from: `epic deploy` ships the modules beside it (epic.spark.ship).
+        t.source_file = str(path.resolve())
     if name is not None:
         for var, t in found.items():
             if name in (var, t.name):

@@ -1,4 +1,4 @@
-"""``epic deploy | status | stop``: the Spark runtime's commands, added to the main typer app.
+"""``epic deploy | status | stop | pack``: the Spark runtime's commands, added to the main typer app.
 
 ``epic.cli`` calls :func:`register` with its app; ``python -m epic.spark.cli`` runs these commands
 alone (the recovery tests use it).
@@ -18,7 +18,7 @@ _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``deploy``, ``status`` and ``stop`` to ``app``."""
+    """Add ``deploy``, ``status``, ``stop`` and ``pack`` to ``app``."""
 
     @app.command(context_settings=_EXTRA)
     def deploy(ctx: typer.Context,
@@ -37,6 +37,11 @@ def register(app: typer.Typer) -> None:
                    None, "--conf", help="A Spark setting key=value (repeatable); overrides "
                                         "epic's; the resolved settings go to "
                                         "<workdir>/spark-conf.json."),
+               archive: Optional[Path] = typer.Option(
+                   None, "--archive",
+                   help="A packed environment (epic pack) whose Python the executors run "
+                        "(spark.archives). With it or a non-local --master, epic and the "
+                        "topology's code go as pyFiles (docs/cluster.md)."),
                ui: bool = typer.Option(False, "--ui", help="Start the Spark UI."),
                fuse: bool = typer.Option(False, "--fuse",
                                          help="Run chains of nodes in one query each (docs/deploy.md)."),
@@ -84,7 +89,7 @@ def register(app: typer.Typer) -> None:
                                     "--conf spark.executor.memory=4g")
                 settings[key.strip()] = value
             result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse,
-                                conf=settings,
+                                conf=settings, archive=str(archive) if archive else None,
                                 retention=not keep_topics, progress=show,
                                 console=err, batch_rows=batch_rows, partitions=partitions,
                                 trigger_interval=trigger, timeout=timeout)
@@ -101,6 +106,41 @@ def register(app: typer.Typer) -> None:
             if n:
                 err.print(f"node {name!r}: {n} late row(s) (behind the watermark): counted, "
                           "see the node's late policy", highlight=False, markup=False)
+
+    @app.command()
+    def pack(output: Path = typer.Option(Path("epic-env.tar.gz"), "--output", "-o",
+                                         help="The archive (.tar.gz or .tgz)."),
+             with_: Optional[List[str]] = typer.Option(
+                 None, "--with", help="Another installed distribution the topology needs "
+                                      "(repeatable), packed with its requirements."),
+             everything: bool = typer.Option(False, "--all",
+                                             help="Pack every installed distribution (still "
+                                                  "without epic, pyspark and py4j)."),
+             exclude: Optional[List[str]] = typer.Option(
+                 None, "--exclude", help="A distribution to leave out (repeatable; replaces "
+                                         "the default pyspark and py4j).")):
+        """Pack this environment's dependencies for executors (epic deploy --archive).
+
+        Packed: epic's run-time requirements (pyarrow, pandas, ...) and --with ones.
+
+        Not packed: epic and the topology's code (shipped at every deploy), pyspark.
+
+        The workers need this Python at the same path (docs/cluster.md).
+        """
+        from rich.console import Console
+
+        from epic.cli import say
+        from epic.errors import EpicError
+        from epic.spark.ship import SPARK_PROVIDED, describe, pack as do_pack
+
+        err = Console(stderr=True)
+        try:
+            result = do_pack(str(output), extra=with_ or (), everything=everything,
+                             exclude=exclude or SPARK_PROVIDED)
+        except EpicError as exc:
+            say(err, "error", "bold red", exc)
+            raise typer.Exit(code=1)
+        err.print(describe(result), highlight=False, markup=False, soft_wrap=True)
 
     @app.command()
     def status(workdir: Path = typer.Argument(..., help="The --workdir of a deploy."),

@@ -158,7 +158,8 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
            progress: bool = False, console=None, spark=None,
            batch_rows: int = 1_000_000, partitions: int | None = None,
            trigger_interval: float = 0.1, poll_interval: float = 0.25,
-           timeout: float | None = None, conf: dict | None = None) -> DeployResult:
+           timeout: float | None = None, conf: dict | None = None,
+           archive: str | None = None) -> DeployResult:
     """Run ``topology`` on Spark, one streaming query per node, until every sink has ended.
 
     A finite input ends by itself: the call returns once every sink committed its end of stream.
@@ -188,6 +189,10 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         timeout: give up (stop, raise) after this many seconds.
         conf: Spark settings (``--conf key=value``) for the session epic starts; they override
             epic's. The session's resolved settings are written to ``<workdir>/spark-conf.json``.
+        archive: a packed environment (``epic pack``) whose Python the executors run
+            (``spark.archives``, :mod:`epic.spark.ship`). With it, or a master that is not
+            ``local``, a session epic starts ships epic and the topology's local code as
+            ``spark.submit.pyFiles`` (``<workdir>/ship/*.zip``).
 
     Raises:
         EpicError: Java missing or too old, an unwritable work directory or output directory
@@ -197,6 +202,8 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
             (:class:`~epic.errors.NodeFailure` text: node, function, micro-batch).
     """
     topology.validate(warn=False)
+    if archive and spark is not None:
+        raise EpicError("archive= applies to a session the deploy starts; pass spark=None")
     wd = _check_workdir(workdir)
     from epic.preflight import check_output_paths
     from epic.spark.lock import WorkdirLock
@@ -208,14 +215,14 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
                               retention=retention, progress=progress, console=console,
                               spark=spark, batch_rows=batch_rows, partitions=partitions,
                               trigger_interval=trigger_interval, poll_interval=poll_interval,
-                              timeout=timeout, conf=conf)
+                              timeout=timeout, conf=conf, archive=archive)
     finally:
         lock.release()
 
 
 def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, progress,
                    console, spark, batch_rows, partitions, trigger_interval, poll_interval,
-                   timeout, conf=None) -> DeployResult:
+                   timeout, conf=None, archive=None) -> DeployResult:
     """:func:`deploy` once the work directory is checked and locked."""
     from pyspark import cloudpickle
 
@@ -227,8 +234,10 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
     os.environ["EPIC_DRIVER_PGID"] = str(os.getpgrp())
     if spark is None:
         from epic.spark.session import build_session
+        from epic.spark.ship import shipping
 
-        spark = build_session(master, ui=ui, conf=conf)
+        spark = build_session(master, ui=ui, conf=shipping(topology, wd, master=master,
+                                                            archive=archive, conf=conf))
     elif conf:
         for k, v in conf.items():  # a shared session: only what can change at runtime
             if not spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:

@@ -107,7 +107,19 @@ class StateStore:
         return sorted(out)
 
     def load_before(self, batch_id: int) -> bytes | None:
-        """The newest snapshot with a batch id below ``batch_id``."""
+        """The newest snapshot with a batch id below ``batch_id``.
+
+        The previous batch's snapshot is opened by name first: a directory listing can be stale
+        on a network file system (attribute and directory caches), which would silently restore
+        an older snapshot; an open by name revalidates the entry (NFS close-to-open
+        consistency). The listing is the fallback (first batch, batches without a snapshot).
+        """
+        if batch_id > 0 and batch_id < 2**62:
+            try:
+                with self.fs.open_input_stream(f"{self.dir}/{batch_id - 1}.state") as f:
+                    return f.read()
+            except FileNotFoundError:
+                pass
         ids = [i for i in self._ids() if i < batch_id]
         if not ids:
             return None

@@ -1,0 +1,246 @@
+"""`epic deploy` on a real standalone cluster (a master and two 1-core workers on loopback).
+
+The daemons run without PYTHONPATH and the executors run the Python of an `epic pack` archive,
+which has no epic: epic and the topologies' own packages reach them only through the deploy's
+pyFiles. Each deploy is `epic deploy` in a subprocess (its own SparkSession on the cluster) and
+must equal `epic run`; the DEBS deploy loses a worker, SIGKILLed while its executor has tasks in
+flight, and must still finish with the same outputs. Every daemon is stopped by pid at the end,
+also on failure (scripts/cluster.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import epic
+from epic.cli import load_topology
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+from cluster import Cluster, free_port, process_tree  # noqa: E402
+
+# The driver runs `epic deploy` through the CLI's entry point with this worktree first on its
+# PYTHONPATH (also for its JVM's planner processes); the cluster's daemons and so the executors
+# run without one: they get epic only from the shipped epic.zip.
+DRIVER = "import sys; sys.argv[0] = 'epic'; from epic.cli import main; main()"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Master + two 1-core, 1 GB workers; stopped by pid when the module ends, pass or fail."""
+    c = Cluster(2, cores=1, memory="1g", root=str(tmp_path_factory.mktemp("cluster")))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        left = [p for p in [c.master, *c.workers] if p is not None and p.poll() is None]
+        assert not left, f"daemons still running: {[p.pid for p in left]}"
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """`epic pack` output (once per module: about 7 s)."""
+    out = tmp_path_factory.mktemp("pack") / "env.tar.gz"
+    r = subprocess.run([sys.executable, "-c", DRIVER, "pack", "-o",
+                        str(out)], env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    site = [n for n in names if "/site-packages/" in n]
+    assert any("/site-packages/pyarrow/" in n for n in site)
+    assert not any(n.split("/site-packages/")[1].split("/")[0].startswith(("epic", "debs2013",
+                                                                           "pyspark"))
+                   for n in site), "the archive must not hold epic, debs2013 or pyspark"
+    return out
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and not k.startswith("PYSPARK_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _deploy(cluster, topology: Path, wd: Path, params: dict, archive: Path, *extra: str,
+            ui_port: int | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", DRIVER, "deploy", str(topology),
+           "-w", str(wd), "--master", cluster.url, "--archive", str(archive), "--fuse",
+           "--no-progress", "--timeout", "100",
+           "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.host=127.0.0.1"]
+    if ui_port:
+        cmd += ["--conf", "spark.ui.enabled=true", "--conf", f"spark.ui.port={ui_port}"]
+    cmd += list(extra)
+    for k, v in params.items():
+        cmd += ["-p", f"{k}={v}"]
+    log = open(wd.parent / f"{wd.name}.log", "w")
+    return subprocess.Popen(cmd, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                            cwd=str(wd.parent), start_new_session=True)
+
+
+def _finish(p: subprocess.Popen, wd: Path, timeout: float = 110) -> str:
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in reversed(process_tree(p.pid)):
+            os.kill(pid, 9)
+        p.wait()
+    text = (wd.parent / f"{wd.name}.log").read_text()
+    assert p.returncode == 0, text[-4000:]
+    return text
+
+
+def _rows(path: Path) -> tuple[list[str], list[tuple]]:
+    with open(path, newline="") as f:
+        lines = list(csv.reader(f))
+
+    def value(x: str):
+        try:
+            return (0, int(x))
+        except ValueError:
+            try:
+                return (1, float(x))
+            except ValueError:
+                return (2, x)
+    return (lines[0] if lines else []), sorted(tuple(value(x) for x in r) for r in lines[1:])
+
+
+def _same_files(ref: Path, dep: Path) -> list[str]:
+    files = sorted(p.name for p in ref.glob("*.csv"))
+    assert files and sorted(p.name for p in dep.glob("*.csv")) == files
+    for name in files:
+        (h1, a), (h2, b) = _rows(ref / name), _rows(dep / name)
+        assert h1 == h2 and len(a) == len(b), name
+        for x, y in zip(a, b):
+            assert len(x) == len(y) and all(
+                math.isclose(u[1], v[1], rel_tol=1e-9, abs_tol=1e-12)
+                if u[0] == v[0] == 1 else u == v for u, v in zip(x, y)), (name, x, y)
+    return files
+
+
+def _reference(name: str, params: dict, out: Path) -> None:
+    epic.run(load_topology(ROOT / "topologies" / f"{name}.py", params={**params, "out": str(out)}))
+
+
+def _executor_pythons(cluster) -> list[int]:
+    """Python processes under the cluster's executors."""
+    out = []
+    for i in range(len(cluster.workers)):
+        for ex in cluster.executor_pids(i):
+            for pid in process_tree(ex)[1:]:
+                try:
+                    exe = os.readlink(f"/proc/{pid}/exe")
+                except OSError:
+                    continue
+                if "python" in os.path.basename(exe):
+                    out.append(pid)
+    return out
+
+
+def test_examples_equal_run_with_shipped_code(cluster, archive, tmp_path):
+    """sensor_averages and parallel_split, deployed at once (one core each), equal epic run;
+    while they run, the executors' Python processes are the archive's (cwd holds
+    ``environment/``, pyarrow mapped from its site-packages) with no directory on PYTHONPATH:
+    epic is the shipped epic.zip."""
+    runs = {"sensor_averages": {}, "parallel_split": {"replicas": "2", "events": "20000"}}
+    procs = {}
+    for name, params in runs.items():
+        wd = tmp_path / f"{name}-wd"
+        procs[name] = (_deploy(cluster, ROOT / "topologies" / f"{name}.py", wd,
+                               {**params, "out": str(tmp_path / f"{name}-dep")}, archive,
+                               "--conf", "spark.cores.max=1"), wd)
+    for name, params in runs.items():
+        _reference(name, params, tmp_path / f"{name}-ref")
+    seen = {}
+    while any(p.poll() is None for p, _ in procs.values()):
+        for pid in _executor_pythons(cluster):  # look while the deploys run
+            try:
+                maps = Path(f"/proc/{pid}/maps").read_text()
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if "/pyarrow/" in maps:
+                seen[pid] = (cwd, maps, environ)
+        time.sleep(0.3)
+    for name, (p, wd) in procs.items():
+        _finish(p, wd)
+        assert _same_files(tmp_path / f"{name}-ref", tmp_path / f"{name}-dep")
+        conf = json.loads((wd / "spark-conf.json").read_text())
+        assert conf["spark.submit.pyFiles"].split(",")[:2] == [
+            str(wd / "ship" / "epic.zip"), str(wd / "ship" / "topology.zip")]
+        assert conf["spark.archives"] == f"{archive}#environment"
+    assert seen, "no executor Python with pyarrow loaded was seen"
+    for pid, (cwd, maps, environ) in seen.items():
+        assert os.path.isfile(os.path.join(cwd, "environment", "pyvenv.cfg")), cwd
+        libs = {line.split()[-1] for line in maps.splitlines() if "/pyarrow/" in line}
+        assert all(lib.startswith(os.path.join(cwd, "environment") + "/") for lib in libs), libs
+        path = [e for e in environ if e.startswith(b"PYTHONPATH=")]
+        entries = [x for x in path[0][11:].decode().split(":") if x] if path else []
+        # pyspark.zip, py4j, Spark's jar: no directory (the worker adds the shipped zips to
+        # sys.path itself); the archive has no epic and no system site-packages, so epic can
+        # only come from epic.zip.
+        assert entries and all(x.endswith((".zip", ".jar")) for x in entries), entries
+
+
+def _api(port: int, path: str):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/{path}", timeout=2) as r:
+        return json.load(r)
+
+
+def test_debs_survives_losing_a_busy_worker(cluster, archive, tmp_path):
+    """A short DEBS game (fused) on the cluster; one worker (with its executor and Pythons) is
+    SIGKILLed while the driver's REST API shows tasks running on it. The deploy finishes and
+    its 15 files equal epic run's."""
+    from debs2013.generator import generate_game
+
+    game = generate_game(tmp_path / "game.csv", minutes=0.06, seed=3).game_path
+    params = {"input": str(game), "q1_period": "1", "q2_period": "1"}
+    ui = free_port()
+    wd = tmp_path / "wd"
+    p = _deploy(cluster, ROOT / "topologies" / "debs2013.py", wd,
+                {**params, "out": str(tmp_path / "dep")}, archive, ui_port=ui)
+    killed = None
+    try:
+        _reference("debs2013", params, tmp_path / "ref")  # while the driver's JVM starts
+        end = time.monotonic() + 90
+        while killed is None and p.poll() is None and time.monotonic() < end:
+            try:
+                app = _api(ui, "applications")[0]["id"]
+                executors = _api(ui, f"applications/{app}/executors")
+            except (OSError, ValueError, IndexError, KeyError):
+                time.sleep(0.1)
+                continue
+            busy = {e["id"]: e["activeTasks"] for e in executors
+                    if e["id"] != "driver" and e["activeTasks"] > 0}
+            for i in range(len(cluster.workers)):
+                mine = {str(e.get("id")) for e in (cluster.worker_state(i) or {})
+                        .get("executors", []) if e.get("appid") == app}
+                hit = {x for x in mine & set(busy)  # running tasks, its Python started
+                       if any(len(process_tree(pid)) > 1 for pid in cluster.executor_pids(i))}
+                if hit:
+                    ex = hit.pop()
+                    killed = (i, ex, busy[ex], cluster.kill_worker(i))
+                    break
+            time.sleep(0.05)
+    finally:
+        text = _finish(p, wd)
+    assert killed is not None, "no worker was seen with tasks in flight"
+    i, ex, active, pids = killed
+    assert active > 0 and len(pids) >= 3  # worker JVM, executor JVM, Python daemon/workers
+    assert "Lost executor" in text or "ExecutorLostFailure" in text, text[-3000:]
+    assert len(cluster.alive_workers()) == 1, cluster.state()
+    assert len(_same_files(tmp_path / "ref", tmp_path / "dep")) == 15
