@@ -16,7 +16,6 @@ import time as _time
 import uuid
 from dataclasses import dataclass, field
 
-import pyarrow as pa
 
 from epic.atomic import atomic_json
 from epic.errors import EpicError
@@ -47,65 +46,6 @@ class DeployResult:
     collected: dict = field(default_factory=dict)
     status: dict = field(default_factory=dict)
 
-
-def _user_modules(topology: Topology) -> set[str]:
-    """Modules whose functions the nodes use and that Python workers may not import."""
-    import types
-
-    seen, mods = set(), set()
-
-    def visit(obj, depth):
-        if depth > 4 or id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, (types.FunctionType, type)):
-            mods.add(getattr(obj, "__module__", None))
-            if isinstance(obj, types.FunctionType):
-                for c in obj.__closure__ or ():
-                    try:
-                        visit(c.cell_contents, depth + 1)
-                    except ValueError:
-                        pass
-            return
-        if isinstance(obj, (str, bytes, int, float, bool, type(None), pa.Schema, pa.DataType)):
-            return
-        if isinstance(obj, (list, tuple)):
-            for x in obj:
-                visit(x, depth + 1)
-            return
-        if isinstance(obj, dict):
-            for x in obj.values():
-                visit(x, depth + 1)
-            return
-        mods.add(type(obj).__module__)
-        d = getattr(obj, "__dict__", None)
-        if d:
-            for x in d.values():
-                visit(x, depth + 1)
-
-    for n in topology.nodes.values():
-        visit(n, 0)
-    out = set()
-    for m in mods:
-        if not m or m in ("builtins",) or m.split(".")[0] in ("epic", "pyarrow", "numpy"):
-            continue
-        if m in sys.modules and not _importable(m):
-            out.add(m)
-    return out
-
-
-def _importable(module: str) -> bool:
-    """Whether a Python worker can import ``module`` by name: its top-level package is found on
-    ``sys.path`` (installed, editable or not). A topology file loaded from a path, and modules next
-    to it, are not; those are shipped by value. Shipping an importable package by value would
-    drag its whole module state along (and fail on what cannot be pickled)."""
-    import importlib.machinery
-
-    top = module.split(".")[0]
-    return importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
-
-
-# -- entry point -------------------------------------------------------------------------------
 
 def _check_workdir(workdir: str) -> str:
     from epic.errors import SpecError
@@ -252,7 +192,9 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
     partitions = _manifest(wd, topology, partitions, fuse)
     for sub in ("topics", "checkpoints", "state", "sinks"):
         os.makedirs(os.path.join(wd, sub), exist_ok=True)
-    for m in _user_modules(topology):
+    from epic.spark.ship import by_value_modules
+
+    for m in by_value_modules(topology):
         try:
             cloudpickle.register_pickle_by_value(sys.modules[m])
         except (ValueError, KeyError):

@@ -23,7 +23,7 @@ Two pieces, as PySpark's documentation describes them:
 
 The topology file itself is not imported on executors: it is loaded under a generated name and
 importing it again would rebuild the topology with default parameters. Its functions (and those
-of modules beside it) are pickled by value (``runtime._user_modules``), as before; ``pyFiles``
+of modules beside it) are pickled by value (:func:`by_value_modules`), as before; ``pyFiles``
 covers what is imported by name (epic, local packages such as ``debs2013``, helper modules
 beside the file) and would otherwise have to be installed on every node.
 """
@@ -87,15 +87,9 @@ def _is_local(mod: types.ModuleType, roots: list[str]) -> bool:
     return not any(f == r or f.startswith(r + os.sep) for r in roots)
 
 
-def local_modules(topology) -> dict[str, str]:
-    """Top-level local packages and modules the topology uses: ``{name: path}``.
-
-    The walk starts at the objects held by the topology's nodes (functions, classes, instances,
-    closures) and follows the globals of every local module it reaches. ``epic`` (shipped on its
-    own) and modules loaded from a file under a generated name (the topology file, which is
-    pickled by value) are left out.
-    """
-    roots = _installed_roots()
+def referenced_modules(topology) -> set[str]:
+    """The modules of the objects the topology's nodes hold (functions, classes, instances),
+    through closures, the globals functions use and containers."""
     start: set[str] = set()
     seen_obj: set[int] = set()
 
@@ -134,7 +128,42 @@ def local_modules(topology) -> dict[str, str]:
 
     for n in topology.nodes.values():
         visit(n, 0)
+    return start
 
+
+def by_value_modules(topology) -> set[str]:
+    """Modules whose functions the nodes use and that Python workers cannot import by name (a
+    topology file loaded from a path, modules next to it): their functions are pickled by value
+    (``cloudpickle.register_pickle_by_value``). epic, pyarrow and numpy are always importable."""
+    out = set()
+    for m in referenced_modules(topology):
+        if not m or m == "builtins" or m.split(".")[0] in ("epic", "pyarrow", "numpy"):
+            continue
+        if m in sys.modules and not _importable(m):
+            out.add(m)
+    return out
+
+
+def _importable(module: str) -> bool:
+    """Whether a Python worker can import ``module`` by name: its top-level package is found on
+    ``sys.path`` (installed, editable or not). Shipping an importable package by value would drag
+    its whole module state along (and fail on what cannot be pickled)."""
+    import importlib.machinery
+
+    top = module.split(".")[0]
+    return importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
+
+
+def local_modules(topology) -> dict[str, str]:
+    """Top-level local packages and modules the topology uses: ``{name: path}``.
+
+    The walk starts at the objects held by the topology's nodes (:func:`referenced_modules`)
+    and follows the globals of every local module it reaches. ``epic`` (shipped on its own) and
+    modules loaded from a file under a generated name (the topology file, which is pickled by
+    value) are left out.
+    """
+    roots = _installed_roots()
+    start = referenced_modules(topology)
     found: dict[str, str] = {}
     queue = sorted(start)
     done: set[str] = set()
