@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Throughput and latency of epic deploy hops over Arrow topics (issues 4 and 16).
 
-Runs ``epic deploy`` with its default I/O (``--io direct``: tasks read and write the topic files,
-Spark carries one commit message per task). Cases (one shared local[2] SparkSession, started
+Runs ``epic deploy`` (its direct I/O: tasks read and write the topic files, Spark carries one
+commit message per task). Cases (one shared local[2] SparkSession, started
 before any timing):
 
 * ``chain``: source -> map -> filter -> map -> Parquet sink, ``--rows`` rows in 1 M-row batches;
@@ -354,7 +354,7 @@ def measure(args, argv) -> dict:
         "stateless_target": STATELESS_TARGET, "stateful_us_target": STATEFUL_US_TARGET,
         "load_start": uptime(), "hops": [],
     }
-    print(f"# {args.rows:,} rows per case, {BATCH_ROWS:,}-row batches, local[2], --io direct",
+    print(f"# {args.rows:,} rows per case, {BATCH_ROWS:,}-row batches, local[2], direct I/O",
           flush=True)
 
     def cases(tag):

@@ -1,29 +1,27 @@
-"""Direct I/O (``epic deploy --io direct``, the default): tasks read and write the topics.
+"""Direct I/O, the one I/O path of ``epic deploy``: tasks read and write the topics themselves.
 
-In the *rows* mode (:mod:`epic.spark.runtime`, ``--io rows``) every row crosses Spark: a topic
-source yields Arrow batches that Spark turns into its row format, ``mapInArrow`` turns them back
-into Arrow for the node and its output into rows again, and the topic sink turns those into Arrow
-once more. On two cores that conversion costs several times the operators' own work (measured in
-``docs/performance.md``).
+(A retired ``--io rows`` mode sent every row through Spark: Arrow -> Spark rows -> Arrow for
+``mapInArrow`` -> rows -> Arrow for the topic sink; on two cores that conversion cost several
+times the operators' own work, ``docs/performance.md``.)
 
-In the direct mode a query still is one Spark Structured Streaming query per node (or per fused
-group of nodes), with Spark's offset log, commit log, checkpoints and task scheduling, but the rows
-never enter Spark:
+Each node (or fused group of nodes) is one Spark Structured Streaming query, with Spark's offset
+log, commit log, checkpoints and task scheduling, but the rows never enter Spark:
 
 - The query's source is a Python data source over the group's inputs (one or more topics, or an
-  epic source). Its planner plans micro-batches exactly as the topic source and the source query do
+  epic source): an adapter (:mod:`epic.spark.datasources`) over a :class:`GroupPlanner`, which
+  plans micro-batches with the inputs' own planners (a topic's ``TopicStreamReader``, a source's
+  ``SourcePlanner``)
   (offsets are theirs; several inputs: ``{"epic_group": name, "inputs": [offset, ...]}``) and hands
   each task a list of segment files: the input topics' segments, or for an epic source the batches
   its planner parsed, spooled to ``<workdir>/spool/<query>/`` (deleted once the batch commits).
-- The task reads those files (memory-mapped Arrow), runs the group's nodes (the same functions as
-  the rows mode: :func:`epic.spark.tasks.run_stateless` / ``run_stateful``, the same tags,
-  snapshots and markers), and writes the output itself with the same writers the rows mode uses as
-  Spark sinks (:class:`~epic.spark.topic_sink.TopicStreamWriter`, the CSV / Parquet writer of
-  :mod:`epic.spark.sink_query`): temp segments or part files. It yields one small row per output:
-  the writer's commit message, msgpack-encoded.
+- The task reads those files (memory-mapped Arrow), runs the group's nodes
+  (:func:`epic.spark.tasks.run_stateless` / ``run_stateful``: tags, snapshots and markers), and
+  writes the output itself (:class:`~epic.spark.topic_sink.TopicStreamWriter`, the CSV / Parquet
+  writer of :mod:`epic.spark.sink_query` or :mod:`epic.spark.object_sink`): temp segments or part
+  files. It yields one small row per output: the writer's commit message, msgpack-encoded.
 - The query's sink is a Python data source whose ``commit(messages, batch_id)`` hands those commit
-  messages to the same writers' ``commit``: the exactly-once protocol is the rows mode's
-  (idempotent per producer and batch id; replays drop their temps).
+  messages to the writers' ``commit`` (:class:`Committer`), idempotent per producer and batch id
+  (replays drop their temps).
 
 Partitions of a task list: a keyed stateful node gets ``partitions`` tasks per micro-batch, each
 reading every segment and keeping the rows whose key hashes to it
