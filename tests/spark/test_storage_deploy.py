@@ -49,6 +49,15 @@ def _deploy(wd, out, *, fuse=False, crash=None):
                           timeout=300)
 
 
+def _failure(r) -> str:
+    """The driver's own error lines first (Spark's traces are long), then the tail."""
+    text = r.stdout + r.stderr
+    mine = [ln for ln in text.splitlines()
+            if ln.startswith(("error", "Error")) or "NodeFailure" in ln or "EpicError" in ln
+            or "OutputError" in ln or "InputError" in ln or "OSError" in ln]
+    return "\n".join(mine[:20]) + "\n...\n" + text[-2000:]
+
+
 def _lines(data: bytes) -> tuple[str, list[str]]:
     """Header and sorted rows (a keyed node's partitions interleave their rows, as in
     tests/spark/test_deploy.py)."""
@@ -67,7 +76,7 @@ def test_deploy_writes_csv_sinks_to_s3(s3, reference, tmp_path, fuse):
     """Every sink's object holds `epic run`'s header and rows, each once; no temp is left."""
     out = f"{s3}/deploy-{'fused' if fuse else 'queries'}"
     r = _deploy(tmp_path / "wd", out, fuse=fuse)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, _failure(r)
     for n in OUTPUTS:
         assert _read(f"{out}/{n}") == reference[n], n
         meta = resolve(f"{out}/{n}.epic")
@@ -118,7 +127,7 @@ def test_deploy_writes_a_parquet_sink_to_s3(s3, tmp_path):
                         "--timeout", "240", "--", "--out", f"{s3}/pq"],
                        env=env, start_new_session=True, capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, _failure(r)
     loc = resolve(f"{s3}/pq/w.parquet")
     with loc.open_input() as f:
         got = pq.read_table(f)
@@ -147,7 +156,7 @@ def test_deploy_writes_a_topic_sink_to_s3(s3, tmp_path):
                         "--timeout", "240", "--", "--out", f"{s3}/tp"],
                        env=env, start_new_session=True, capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, _failure(r)
     topic = Topic.open(f"{s3}/tp/w")
     assert topic.status().eos
     key = [("k", "ascending"), ("window_start", "ascending")]
@@ -163,6 +172,6 @@ def test_a_fresh_deploy_replaces_an_s3_output(s3, reference, tmp_path):
     out = f"{s3}/twice"
     for wd in ("wd1", "wd2"):
         r = _deploy(tmp_path / wd, out)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert r.returncode == 0, _failure(r)
     for n in OUTPUTS:
         assert _read(f"{out}/{n}") == reference[n], n
