@@ -71,9 +71,10 @@ def _read(uri):
         return _lines(f.read())
 
 
-@pytest.mark.parametrize("fuse", [False, True], ids=["queries", "fused"])
-def test_deploy_writes_csv_sinks_to_s3(s3, reference, tmp_path, fuse):
-    """Every sink's object holds `epic run`'s header and rows, each once; no temp is left."""
+def test_deploy_writes_csv_sinks_to_s3(s3, reference, tmp_path, fuse=True):
+    """Every sink's object holds `epic run`'s header and rows, each once; no temp is left.
+    Fused only (the suite's time): without --fuse the same writer commits from other queries;
+    test_a_crash_inside_an_s3_sink_commit_is_recovered deploys without it."""
     out = f"{s3}/deploy-{'fused' if fuse else 'queries'}"
     r = _deploy(tmp_path / "wd", out, fuse=fuse)
     assert r.returncode == 0, _failure(r)
