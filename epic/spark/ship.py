@@ -41,6 +41,7 @@ import types
 import zipfile
 from dataclasses import dataclass, field
 
+from epic.atomic import atomic_path
 from epic.errors import EpicError
 
 __all__ = ["ENV_NAME", "PYTHON_NAME", "SHIP_DIR", "SPARK_PROVIDED", "PackResult", "archive_python", "build_py_files", "describe",
@@ -500,10 +501,10 @@ def pack(output: str, *, extra: tuple[str, ...] | list[str] = (), everything: bo
            f"version = {'.'.join(map(str, sys.version_info[:3]))}\n"
            f"executable = {base}\n").encode()
     os.makedirs(os.path.dirname(os.path.abspath(output)) or ".", exist_ok=True)
-    tmp = f"{output}.tmp{os.getpid()}"
     total = 0
     kwargs = {"compresslevel": level}
-    try:
+    # not fsynced: a pack is rebuilt by running the command again
+    with atomic_path(output, fsync=False) as tmp:
         with tarfile.open(tmp, mode, **kwargs) as tar:
             info = tarfile.TarInfo("pyvenv.cfg")
             info.size, info.mode, info.mtime = len(cfg), 0o644, int(time.time())
@@ -522,13 +523,6 @@ def pack(output: str, *, extra: tuple[str, ...] | list[str] = (), everything: bo
                 src = os.path.join(site, rel)
                 total += os.path.getsize(src)
                 tar.add(src, f"{prefix}/{rel}", recursive=False)
-        os.replace(tmp, output)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
     return PackResult(output, base, names, len(files) + 4, total, time.perf_counter() - t0)
 
 
