@@ -45,6 +45,7 @@ from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 from epic.atomic import atomic_json, atomic_path
 from epic.spark.executor import freeze_gc_once
 from epic.spark.tags import HWM, IN, POS
+from epic.spark.trace import adopt, span
 
 __all__ = ["Output", "Branch", "GroupPlan", "GroupPlanner", "Committer", "PlanInput", "PTR_SCHEMA"]
 
@@ -110,6 +111,8 @@ class GroupPlan:
         branches: the chains.
         stateful: the branches have a stateful node (all of them or none).
         spool: where an epic source's planned batches are spooled.
+        trace: the driver's ``EPIC_TRACE`` file (:mod:`epic.spark.trace`), adopted by the
+            planner process and the tasks.
     """
 
     name: str
@@ -120,6 +123,7 @@ class GroupPlan:
     branches: list
     stateful: bool
     spool: str = ""
+    trace: str = ""
 
     @property
     def outputs(self) -> list:
@@ -342,6 +346,7 @@ class GroupPlanner:
         self.plan = plan
         self.inputs = inputs
         self.batch_rows = batch_rows
+        adopt(plan.trace)
 
     def __getstate__(self):
         return {"plan": self.plan, "batch_rows": self.batch_rows}
@@ -350,6 +355,7 @@ class GroupPlanner:
         self.plan = state["plan"]
         self.batch_rows = state["batch_rows"]
         self.inputs = None
+        adopt(self.plan.trace)
 
     def _combine(self, offs: list) -> dict:
         return offs[0] if len(self.inputs) == 1 else {"epic_group": self.plan.name, "inputs": offs}
@@ -358,7 +364,8 @@ class GroupPlanner:
         return [off] if len(self.inputs) == 1 else list(off["inputs"])
 
     def initial_offset(self) -> dict:
-        return self._combine([x.planner.initialOffset() for x in self.inputs])
+        with span("initial_offset", self.plan.name, "planner"):
+            return self._combine([x.planner.initialOffset() for x in self.inputs])
 
     def prepare_available_now(self) -> None:
         for x in self.inputs:
@@ -369,14 +376,20 @@ class GroupPlanner:
         # Spark asks for the next batch once the batch ending at ``start`` is in its commit
         # log. ``commit(end)`` comes only with the batch after it, so the last batch of a
         # finished source would keep its spool files and go uncounted without this.
-        for x, s_ in zip(self.inputs, self._split(start)):
-            if x.kind == "source":
-                _unspool(self.plan.spool, int(s_["seq"]))
-        return self._combine([x.planner.latestOffset(s, limit)
-                              for x, s in zip(self.inputs, self._split(start))])
+        with span("latest_offset", self.plan.name, "planner"):
+            for x, s_ in zip(self.inputs, self._split(start)):
+                if x.kind == "source":
+                    _unspool(self.plan.spool, int(s_["seq"]))
+            return self._combine([x.planner.latestOffset(s, limit)
+                                  for x, s in zip(self.inputs, self._split(start))])
 
     def partitions(self, start: dict, end: dict) -> list:
         """The tasks of the micro-batch from ``start`` to ``end``: :class:`GroupPartition`."""
+        with span("partitions", self.plan.name, "planner") as sp:
+            parts = self._partitions(start, end, sp)
+        return parts
+
+    def _partitions(self, start: dict, end: dict, sp: dict) -> list:
         plan = self.plan
         items, rows = [], []
         for i, (x, a, b) in enumerate(zip(self.inputs, self._split(start), self._split(end))):
@@ -390,6 +403,7 @@ class GroupPlanner:
                     items.append((i, path, "spool"))
                     rows.append(sum(c.num_rows for c in chunk))
         items = tuple(items)
+        sp["rows"] = sum(rows)
         self._count(end, sum(rows))
         if plan.stateful and plan.key is not None:
             return [GroupPartition(p, items, p) for p in range(max(1, plan.partitions))]
@@ -411,10 +425,11 @@ class GroupPlanner:
         return out
 
     def commit(self, end: dict) -> None:
-        for x, e in zip(self.inputs, self._split(end)):
-            x.planner.commit(e)
-            if x.kind == "source":
-                _unspool(self.plan.spool, int(e["seq"]))
+        with span("source_commit", self.plan.name, "planner"):
+            for x, e in zip(self.inputs, self._split(end)):
+                x.planner.commit(e)
+                if x.kind == "source":
+                    _unspool(self.plan.spool, int(e["seq"]))
 
     def _count(self, end: dict, n: int) -> None:
         """Add a planned batch's input rows to ``<workdir>/stats/<query>.json`` (Spark's own
@@ -439,7 +454,8 @@ class GroupPlanner:
 
     def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
         """A task (executor side)."""
-        yield from run_partition(self.plan, partition)
+        with span("task", self.plan.name, "task", part=partition.part):
+            yield from run_partition(self.plan, partition)
 
 
 def _chunks(batches: list, n: int) -> list[list]:
@@ -508,8 +524,14 @@ class Committer:
     group task wrote; the driver's ``commit`` hands them, output by output, to the outputs'
     writers (idempotent per producer and batch id)."""
 
-    def __init__(self, outputs: list):
+    def __init__(self, outputs: list, name: str = "", trace: str = ""):
         self.outputs = outputs
+        self.name = name  # the query's (trace spans)
+        self.trace = trace
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        adopt(self.trace)
 
     def collect(self, iterator) -> Pointers:
         got = []
@@ -528,9 +550,11 @@ class Committer:
         return per
 
     def commit(self, messages, batch_id: int) -> None:
-        for o, ms in zip(self.outputs, self._by_output(messages)):
-            o.writer.commit(ms, batch_id)
+        with span("commit", self.name, "commit", batch=batch_id):
+            for o, ms in zip(self.outputs, self._by_output(messages)):
+                o.writer.commit(ms, batch_id)
 
     def abort(self, messages, batch_id: int) -> None:
         for o, ms in zip(self.outputs, self._by_output(messages)):
             o.writer.abort(ms, batch_id)
+

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from epic.errors import TopologyError
+from epic.spark import trace
 from epic.spark.tags import topic_schema
 from epic.topics import Topic
 from epic.topology import (FilterNode, FlatMapNode, MapNode, MergeNode, ProcessNode, SinkNode,
@@ -304,11 +305,11 @@ class DeployPlan:
             name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
             key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
             partitions=self.partitions, branches=branches, stateful=st is not None,
-            spool=f"{self.workdir}/spool/{safe}")
+            spool=f"{self.workdir}/spool/{safe}", trace=trace.target())
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
                          make_planner=functools.partial(GroupPlanner, plan, inputs,
                                                         self.batch_rows),
-                         committer=Committer(plan.outputs), batch_rows=self.batch_rows)
+                         committer=Committer(plan.outputs, plan.name, plan.trace), batch_rows=self.batch_rows)
 
     def _branch(self, group: list, ckpt: str, ids: list):
         """A fused group as a branch of a query: its task specs and output writers."""

@@ -21,6 +21,7 @@ from epic.atomic import atomic_json
 from epic.errors import EpicError
 from epic.spark.launcher import Launcher
 from epic.spark.planner import DeployPlan, plan_modes
+from epic.spark.trace import event, span
 from epic.spark.status import STATUS, STOP, Stats, read_status, request_stop, status_table
 from epic.topics import Topic
 from epic.topology import Topology
@@ -218,6 +219,7 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
     sinks = plan.sinks
     printed: dict[str, int] = {}
     state, error = "running", None
+    event("deploy_start", topology.name)
     try:
         launcher.start_all()
         next_status = 0.0
@@ -235,6 +237,7 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
                 state, error = "failed", str(exc)
                 raise exc
             if all(launcher.sink_done(n) for n in sinks):
+                event("sinks_done", topology.name)
                 state = "finished"
                 break
             if os.path.exists(os.path.join(wd, STOP)):
@@ -257,7 +260,8 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
             doc = stats.doc(state if state != "running" else "failed", elapsed, error)
         except Exception:  # noqa: BLE001 - the status must not mask the real error
             doc = {"topology": topology.name, "state": "failed", "error": error, "nodes": {}}
-        launcher.stop(drain=10.0 if state == "finished" else 0.0)
+        with span("stop", topology.name, "driver"):
+            launcher.stop(drain=10.0 if state == "finished" else 0.0)
         if state == "finished":
             # Spooled source batches are only read by their own micro-batch (a replay spools
             # them again); the last one's files are left when the deploy ends right after it.
