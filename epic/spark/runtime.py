@@ -288,7 +288,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     # Before anything in wd changes; dropped even on SIGKILL. A remote work directory is locked
     # through its driver-local checkpoint directory (flock); another machine's driver is refused
     # by the checkpoint check (_check_driver_dir).
-    lock = WorkdirLock(driver).acquire()
+    lock = WorkdirLock(driver, wd).acquire()
     try:
         _check_driver_dir(wd, driver, _read_json(f"{wd}/deploy.json"))
         if driver != wd:
