@@ -1,5 +1,6 @@
-"""epic deploy writing its CSV sinks to an S3-compatible object store (moto's server on
-loopback): the outputs equal `epic run`'s, also after a crash inside a sink commit."""
+"""epic deploy writing its CSV sinks, and keeping its work directory, on an S3-compatible object
+store (moto's server on loopback): the outputs equal `epic run`'s, also after a crash inside a
+sink commit or mid-stream."""
 
 from __future__ import annotations
 
@@ -69,21 +70,6 @@ def _read(uri):
     loc = resolve(uri)
     with loc.fs.open_input_stream(loc.path) as f:
         return _lines(f.read())
-
-
-def test_deploy_writes_csv_sinks_to_s3(s3, reference, tmp_path, fuse=True):
-    """Every sink's object holds `epic run`'s header and rows, each once; no temp is left.
-    Fused only (the suite's time): without --fuse the same writer commits from other queries;
-    test_a_crash_inside_an_s3_sink_commit_is_recovered deploys without it."""
-    out = f"{s3}/deploy-{'fused' if fuse else 'queries'}"
-    r = _deploy(tmp_path / "wd", out, fuse=fuse)
-    assert r.returncode == 0, _failure(r)
-    for n in OUTPUTS:
-        assert _read(f"{out}/{n}") == reference[n], n
-        meta = resolve(f"{out}/{n}.epic")
-        assert [fi.base_name for fi in meta.join("_tmp").list()] == []
-        assert b'"eos": true' in meta.join("commit.json").read_bytes()
-    assert not (tmp_path / "s3:").exists()
 
 
 def test_a_crash_inside_an_s3_sink_commit_is_recovered(s3, reference, tmp_path):
@@ -231,11 +217,13 @@ def test_deploy_with_its_work_directory_on_s3(s3, reference, tmp_path):
 
 
 def test_a_deploy_on_s3_killed_mid_stream_recovers_exactly_once(s3, reference, tmp_path):
-    """Fused, SIGKILLed after a keyed window's third snapshot: a rerun without the driver's
-    checkpoints (another --checkpoint-dir) is refused, naming where they are; the rerun from
-    the same machine completes with `epic run`'s rows, each once."""
+    """Fused, work directory and CSV sinks on S3, SIGKILLed after a keyed window's third
+    snapshot: a rerun without the driver's checkpoints (another --checkpoint-dir) is refused,
+    naming where they are; the rerun from the same machine completes with `epic run`'s header
+    and rows in every sink's object, each once, no temp object left. (Also the suite's test of
+    fused CSV sinks on S3: test_a_crash_inside_an_s3_sink_commit_is_recovered deploys unfused.)"""
     wd = f"{s3}/wd-crash"
-    out = tmp_path / "out"
+    out = f"{s3}/wd-crash-out"
     first = _deploy_wd(wd, out, tmp_path, fuse=True, crash="node-state:3")
     assert first.returncode == -9, (first.returncode, _failure(first))
     assert resolve(f"{wd}/state").list(), "the kill came after snapshots were written"
@@ -246,4 +234,9 @@ def test_a_deploy_on_s3_killed_mid_stream_recovers_exactly_once(s3, reference, t
         said[-2000:]
     again = _deploy_wd(wd, out, tmp_path, fuse=True)
     assert again.returncode == 0, _failure(again)
-    assert _local_outputs(out) == reference
+    for n in OUTPUTS:
+        assert _read(f"{out}/{n}") == reference[n], n
+        meta = resolve(f"{out}/{n}.epic")
+        assert [fi.base_name for fi in meta.join("_tmp").list()] == []
+        assert b'"eos": true' in meta.join("commit.json").read_bytes()
+    assert not (tmp_path / "s3:").exists()
