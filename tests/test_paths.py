@@ -93,3 +93,29 @@ def test_remote_work_directories_keep_their_uri_and_checkpoints_stay_local(tmp_p
     with pytest.raises(EpicError, match="--checkpoint-dir .*s3:// scheme is not supported"):
         _driver_dir("s3://b/wd", "s3://b/ck")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
+def test_a_restart_without_the_drivers_checkpoints_is_refused(tmp_path):
+    """A remote work dir's deploy.json names a deploy; a checkpoint dir that does not hold it
+    (another machine, a wiped cache) is refused, naming where the checkpoints are; stale
+    checkpoints of a work dir that no longer has a deploy are refused too."""
+    import json
+
+    from epic.spark.runtime import OWNER, _check_driver_dir
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    wd = "s3://b/wd"
+    existing = {"id": "d1", "checkpoint_dir": "/home/a/ck", "driver_host": "hostA"}
+    with pytest.raises(EpicError, match="on its driver's disk: /home/a/ck on host hostA.*"
+                                        "--checkpoint-dir /home/a/ck"):
+        _check_driver_dir(wd, str(ck), existing)
+    (ck / OWNER).write_text(json.dumps({"id": "d1", "workdir": wd}))
+    _check_driver_dir(wd, str(ck), existing)            # the same deploy: resumes
+    with pytest.raises(EpicError, match="holds deploy d2"):
+        _check_driver_dir(wd, str(ck), {**existing, "id": "d2"})
+    _check_driver_dir(wd, str(ck), None)                # no checkpoints yet: a fresh start
+    (ck / "checkpoints" / "q").mkdir(parents=True)
+    with pytest.raises(EpicError, match="holds no deploy"):
+        _check_driver_dir(wd, str(ck), None)
+    _check_driver_dir(str(tmp_path), str(tmp_path), None)   # a local work dir: its own
