@@ -119,3 +119,5 @@ def test_a_restart_without_the_drivers_checkpoints_is_refused(tmp_path):
     with pytest.raises(EpicError, match="holds no deploy"):
         _check_driver_dir(wd, str(ck), None)
     _check_driver_dir(str(tmp_path), str(tmp_path), None)   # a local work dir: its own
+    with pytest.raises(EpicError, match="rerun it without --checkpoint-dir"):
+        _check_driver_dir(str(tmp_path), str(ck), {"id": "d3"})   # deployed without the option

@@ -180,6 +180,11 @@ def _check_driver_dir(wd: str, driver: str, existing: dict | None) -> None:
     if owner is None or owner.get("id") != existing.get("id"):
         where = existing.get("checkpoint_dir")
         host = existing.get("driver_host")
+        if where is None:  # a local work directory deployed with its checkpoints inside
+            raise EpicError(
+                f"work directory {wd} holds deploy {existing.get('id')}, whose Spark checkpoints "
+                f"are in {wd}/checkpoints, not in {driver}: rerun it without --checkpoint-dir, "
+                "or deploy into a fresh --workdir")
         raise EpicError(
             f"work directory {wd} holds deploy {existing.get('id')}, whose Spark checkpoints "
             f"(offset and commit logs) are on its driver's disk"
