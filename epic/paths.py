@@ -3,10 +3,15 @@
 * :func:`output_path` - file and topic sinks: a plain path, a ``file://`` URI, or a URI of a store
   pyarrow's filesystem layer reaches (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``), kept as
   given and resolved when the run starts.
-* :func:`local_path` - ``epic deploy``'s work directory: a mounted file system only. Its tasks
-  memory-map topic segments and spool files and Spark keeps its checkpoints there through
-  Hadoop's file systems, so ``s3://`` and the other remote schemes are refused at start with
-  that reason (docs/deploy.md, "Storage"), never written to a local directory named after them.
+* :func:`workdir_path` - ``epic deploy``'s work directory: the same choices. Its topics, state
+  snapshots, spool files, status and manifest files go through :mod:`epic.storage` (tasks
+  memory-map local topic segments and spool files, and read a remote one whole into memory).
+  Spark's own checkpoints and the deploy lock stay on the driver's disk (``--checkpoint-dir``:
+  pip's pyspark has no Hadoop connector for object stores, and ``flock`` needs a local file);
+  docs/deploy.md, "Storage".
+* :func:`local_path` - what must be on a mounted file system (``--checkpoint-dir``): other
+  schemes are refused at start with the reason, never written to a local directory named after
+  them.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from urllib.parse import unquote, urlparse
 from .errors import SpecError
 from .storage import check_uri
 
-__all__ = ["local_path", "output_path", "is_remote"]
+__all__ = ["local_path", "output_path", "workdir_path", "is_remote"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -41,12 +46,21 @@ def local_path(path: str | os.PathLike, what: str = "path") -> str:
     scheme = check_uri(p, what)  # refuses unknown schemes and foreign file:// hosts
     if scheme is None:
         return unquote(urlparse(p).path)
-    raise SpecError(f"{what} {p!r}: the {scheme}:// scheme is not supported here: epic deploy's "
-                    "tasks memory-map topic segments and spool files in the work directory and "
-                    "Spark writes its checkpoints there, so it must be a mounted file system (a "
-                    "local disk, or a network file system mounted at the same path on every "
-                    "machine). Give a path or a file:// URI; sinks may write to "
+    raise SpecError(f"{what} {p!r}: the {scheme}:// scheme is not supported here: it must be a "
+                    "mounted file system (Spark writes its checkpoints there through Hadoop's "
+                    "file systems, and pip's pyspark has no connector for object stores). Give "
+                    "a path or a file:// URI; the work directory and sinks may be on "
                     f"{scheme}:// (docs/deploy.md, 'Storage')")
+
+
+def workdir_path(path: str | os.PathLike, what: str = "work directory") -> str:
+    """``epic deploy``'s work directory: a local path (``file://`` decoded) or a remote URI as
+    given, without a trailing slash (:func:`output_path`).
+
+    >>> workdir_path("s3://bucket/wd/"), workdir_path("file:///data/wd")
+    ('s3://bucket/wd', '/data/wd')
+    """
+    return output_path(path, what)
 
 
 def output_path(path: str | os.PathLike, what: str = "path") -> str:

@@ -47,7 +47,7 @@ import pyarrow.fs as pafs
 from .errors import SpecError
 
 __all__ = ["Location", "resolve", "check_uri", "store_kind", "commit_rule", "publish", "fsync_local",
-           "REMOTE_SCHEMES", "LOCAL"]
+           "read_small", "REMOTE_SCHEMES", "LOCAL"]
 
 #: The local file system (one instance: it holds no state).
 LOCAL = pafs.LocalFileSystem()
@@ -321,3 +321,16 @@ def resolve(path: str | os.PathLike | Location, what: str = "path", *,
                         "path or file:// URI on a mounted file system, or install what the "
                         "store needs") from None
     return Location(fs, fpath.rstrip("/"), p.rstrip("/"))
+
+
+def read_small(path: str | os.PathLike) -> bytes | None:
+    """The content of a small file (a status, manifest or marker file) at a path or URI; None if
+    it does not exist."""
+    p = os.fspath(path)
+    try:
+        if _SCHEME.match(p) is None:
+            with open(p, "rb") as f:
+                return f.read()
+        return resolve(p).read_bytes()
+    except FileNotFoundError:
+        return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import epic
@@ -38,7 +40,8 @@ def test_sinks_take_file_uris(tmp_path):
 
 
 def test_deploy_refuses_an_unsupported_work_directory_before_spark(tmp_path, monkeypatch):
-    """epic deploy -w hdfs://... stops at once with the reason, and creates nothing locally."""
+    """epic deploy -w hdfs://... without libhdfs here stops at once with pyarrow's reason, and
+    creates nothing locally (ftp:// is refused as a scheme epic does not know)."""
     from epic.spark.runtime import deploy
 
     monkeypatch.chdir(tmp_path)
@@ -46,8 +49,10 @@ def test_deploy_refuses_an_unsupported_work_directory_before_spark(tmp_path, mon
     s = t.source("s", epic.iterator_source([{"ts": 1}], schema={"ts": "int64"}, time="ts",
                                            unit="s"))
     t.sink("out", s, epic.collect_sink())
-    with pytest.raises(EpicError, match="hdfs:// scheme is not supported"):
+    with pytest.raises(EpicError, match="hdfs:// store cannot be opened through pyarrow"):
         deploy(t, "hdfs://nn/wd")
+    with pytest.raises(EpicError, match="ftp:// scheme is not supported"):
+        deploy(t, "ftp://host/wd")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -70,15 +75,49 @@ def test_conf_option_needs_key_value(tmp_path):
     assert "--conf" in CliRunner().invoke(app, ["deploy", "--help"]).output
 
 
-def test_deploy_refuses_an_object_store_work_directory_with_the_reason(tmp_path, monkeypatch):
-    """epic deploy -w s3://... is refused before Spark, saying why and that sinks may use s3://."""
-    from epic.spark.runtime import deploy
+def test_remote_work_directories_keep_their_uri_and_checkpoints_stay_local(tmp_path,
+                                                                          monkeypatch):
+    """-w s3://b/wd is kept as a URI (never a local dir 's3:'); its Spark checkpoints go to a
+    stable driver-local directory derived from it; --checkpoint-dir must be local."""
+    from epic.paths import workdir_path
+    from epic.spark.runtime import _driver_dir, default_checkpoint_dir
 
     monkeypatch.chdir(tmp_path)
-    t = epic.Topology("uri")
-    s = t.source("s", epic.iterator_source([{"ts": 1}], schema={"ts": "int64"}, time="ts",
-                                           unit="s"))
-    t.sink("out", s, epic.collect_sink())
-    with pytest.raises(EpicError, match="memory-map .* checkpoints .* sinks may write to s3://"):
-        deploy(t, "s3://bucket/wd")
-    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert workdir_path("s3://b/wd/") == "s3://b/wd"
+    d = default_checkpoint_dir("s3://b/wd")
+    assert d == default_checkpoint_dir("s3://b/wd") != default_checkpoint_dir("s3://b/wd2")
+    assert d.startswith(str(tmp_path / "cache" / "epic" / "checkpoints" / "b_wd-"))
+    assert _driver_dir("s3://b/wd", None) == d and os.path.isdir(d)
+    assert _driver_dir("/data/wd", None) == "/data/wd"   # a local work dir: the classic layout
+    with pytest.raises(EpicError, match="--checkpoint-dir .*s3:// scheme is not supported"):
+        _driver_dir("s3://b/wd", "s3://b/ck")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
+def test_a_restart_without_the_drivers_checkpoints_is_refused(tmp_path):
+    """A remote work dir's deploy.json names a deploy; a checkpoint dir that does not hold it
+    (another machine, a wiped cache) is refused, naming where the checkpoints are; stale
+    checkpoints of a work dir that no longer has a deploy are refused too."""
+    import json
+
+    from epic.spark.runtime import OWNER, _check_driver_dir
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    wd = "s3://b/wd"
+    existing = {"id": "d1", "checkpoint_dir": "/home/a/ck", "driver_host": "hostA"}
+    with pytest.raises(EpicError, match="on its driver's disk: /home/a/ck on host hostA.*"
+                                        "--checkpoint-dir /home/a/ck"):
+        _check_driver_dir(wd, str(ck), existing)
+    (ck / OWNER).write_text(json.dumps({"id": "d1", "workdir": wd}))
+    _check_driver_dir(wd, str(ck), existing)            # the same deploy: resumes
+    with pytest.raises(EpicError, match="holds deploy d2"):
+        _check_driver_dir(wd, str(ck), {**existing, "id": "d2"})
+    _check_driver_dir(wd, str(ck), None)                # no checkpoints yet: a fresh start
+    (ck / "checkpoints" / "q").mkdir(parents=True)
+    with pytest.raises(EpicError, match="holds no deploy"):
+        _check_driver_dir(wd, str(ck), None)
+    _check_driver_dir(str(tmp_path), str(tmp_path), None)   # a local work dir: its own
+    with pytest.raises(EpicError, match="rerun it without --checkpoint-dir"):
+        _check_driver_dir(str(tmp_path), str(ck), {"id": "d3"})   # deployed without the option

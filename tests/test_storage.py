@@ -4,6 +4,7 @@ S3-compatible object store on loopback (moto's server)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
@@ -222,3 +223,24 @@ def test_an_unreachable_bucket_is_refused_before_the_run(s3):
     t.sink("out", s, epic.csv_sink("s3://no-such-bucket-epic/o.csv"))
     with pytest.raises(OutputError, match="sink 'out': the store cannot be written: .*bucket"):
         check_output_paths(t)
+
+
+def test_epic_status_and_stop_take_an_s3_work_directory(s3):
+    """`epic stop s3://...` puts the STOP object a deploy polls for (refused where no deploy
+    is); `epic status s3://...` reads status.json."""
+    from typer.testing import CliRunner
+
+    from epic.cli import app
+
+    wd = f"{s3}/status-wd"
+    r = CliRunner().invoke(app, ["stop", wd])
+    assert r.exit_code == 1 and "no deploy.json" in r.output
+    loc = resolve(wd)
+    loc.join("deploy.json").publish(b'{"id": "x"}')
+    loc.join("status.json").publish(json.dumps(
+        {"topology": "t", "state": "finished", "elapsed_s": 1.0, "nodes": {}}).encode())
+    r = CliRunner().invoke(app, ["stop", wd])
+    assert r.exit_code == 0, r.output
+    assert loc.join("STOP").exists()
+    r = CliRunner().invoke(app, ["status", wd, "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["state"] == "finished"

@@ -24,9 +24,16 @@ def register(app: typer.Typer) -> None:
     def deploy(ctx: typer.Context,
                topology: Path = typer.Argument(..., help="A Python file building a module-level "
                                                          "epic.Topology."),
-               workdir: Path = typer.Option(..., "--workdir", "-w",
-                                            help="Topics, checkpoints, state and status live "
-                                                 "here; rerun with the same one to recover."),
+               workdir: str = typer.Option(..., "--workdir", "-w",
+                                           help="Topics, checkpoints, state and status live "
+                                                "here; rerun with the same one to recover. A "
+                                                "path, file:// URI, or s3:// (gs://, abfs://, "
+                                                "hdfs://) URI (docs/deploy.md, 'Storage')."),
+               checkpoint_dir: Optional[str] = typer.Option(
+                   None, "--checkpoint-dir",
+                   help="Driver-local directory for Spark's checkpoints and the deploy lock "
+                        "(default: the work directory; for a remote one ~/.cache/epic/"
+                        "checkpoints/...). Restarts need the same one."),
                name: Optional[str] = typer.Option(None, "--name", "-n",
                                                   help="Which topology, if the file has several."),
                param: Optional[List[str]] = typer.Option(None, "--param", "-p",
@@ -88,7 +95,8 @@ def register(app: typer.Typer) -> None:
                     raise EpicError(f"--conf {item!r}: expected key=value, e.g. "
                                     "--conf spark.executor.memory=4g")
                 settings[key.strip()] = value
-            result = run_deploy(t, str(workdir), master=master, ui=ui, fuse=fuse,
+            result = run_deploy(t, workdir, master=master, ui=ui, fuse=fuse,
+                                checkpoint_dir=checkpoint_dir,
                                 conf=settings, archive=str(archive) if archive else None,
                                 retention=not keep_topics, progress=show,
                                 console=err, batch_rows=batch_rows, partitions=partitions,
@@ -143,7 +151,7 @@ def register(app: typer.Typer) -> None:
         err.print(describe(result), highlight=False, markup=False, soft_wrap=True)
 
     @app.command()
-    def status(workdir: Path = typer.Argument(..., help="The --workdir of a deploy."),
+    def status(workdir: str = typer.Argument(..., help="The --workdir of a deploy."),
                as_json: bool = typer.Option(False, "--json", help="Print the raw document.")):
         """Show a running or finished deploy's per-node progress."""
         import json
@@ -155,7 +163,7 @@ def register(app: typer.Typer) -> None:
         from epic.spark.runtime import read_status, status_table
 
         try:
-            doc = read_status(str(workdir))
+            doc = read_status(workdir)
         except EpicError as exc:
             say(Console(stderr=True), "error", "bold red", exc)
             raise typer.Exit(code=1)
@@ -167,13 +175,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {doc['error']}")
 
     @app.command()
-    def stop(workdir: Path = typer.Argument(..., help="The --workdir of a running deploy.")):
+    def stop(workdir: str = typer.Argument(..., help="The --workdir of a running deploy.")):
         """Ask a running deploy to stop (it finishes its current batches and exits)."""
         from epic.errors import EpicError
         from epic.spark.runtime import request_stop
 
         try:
-            request_stop(str(workdir))
+            request_stop(workdir)
         except EpicError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(code=1)

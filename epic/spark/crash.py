@@ -8,6 +8,9 @@ Points: ``source-plan`` (a source planned a micro-batch), ``node-state`` (a stat
 its snapshot, before returning its output), ``topic-commit`` (unused by default), ``sink-commit``
 (a CSV sink commit appended its first non-empty part, before recording the commit). The whole process group
 is killed (driver, JVM, Python workers), as a machine failure would.
+
+With a remote work directory (``s3://...``) the counters and fault files live in a local
+directory named after it (:func:`points_dir`): these are test hooks, for one machine.
 """
 
 from __future__ import annotations
@@ -15,14 +18,26 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import tempfile
 
-__all__ = ["crash_point", "fault_point", "FAULTS_DIR"]
+__all__ = ["crash_point", "fault_point", "points_dir", "FAULTS_DIR"]
 
 #: ``<workdir>/.faults/<point>`` makes :func:`fault_point` raise (a file, not an environment
 #: variable: the Python workers of a running session do not see the test's environment).
 FAULTS_DIR = ".faults"
 
 ENV = "EPIC_CRASH_AT"
+
+
+def points_dir(workdir: str) -> str:
+    """Where the crash counters and fault files of ``workdir`` live: the work directory itself,
+    or for a remote one (a URI) ``$TMPDIR/epic-points-<hash of the URI>``."""
+    if "://" not in workdir:
+        return workdir
+    import hashlib
+
+    return os.path.join(tempfile.gettempdir(),
+                        "epic-points-" + hashlib.sha1(workdir.encode()).hexdigest()[:12])
 
 
 def crash_point(name: str, workdir: str) -> None:
@@ -35,7 +50,7 @@ def crash_point(name: str, workdir: str) -> None:
         return
     # Counted per run (the driver's process group), so each rerun counts from zero.
     pgid = int(os.environ.get("EPIC_DRIVER_PGID", "0")) or os.getpgrp()
-    d = os.path.join(workdir, ".crash-counts")
+    d = os.path.join(points_dir(workdir), ".crash-counts")
     os.makedirs(d, exist_ok=True)
     p = os.path.join(d, f"{name}.{pgid}")
     with open(p, "a+") as f:
@@ -59,7 +74,7 @@ def fault_point(name: str, workdir: str) -> None:
     """Raise ``OSError(ENOSPC)`` at point ``name`` if ``<workdir>/.faults/<name>`` exists: a full
     disk for tests that cannot mount a small file system (not root). Points: ``sink-commit``
     (a CSV sink commit appended its first non-empty part)."""
-    if workdir and os.path.exists(os.path.join(workdir, FAULTS_DIR, name)):
+    if workdir and os.path.exists(os.path.join(points_dir(workdir), FAULTS_DIR, name)):
         import errno
 
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

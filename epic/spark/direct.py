@@ -14,7 +14,8 @@ log, commit log, checkpoints and task scheduling, but the rows never enter Spark
   (offsets are theirs; several inputs: ``{"epic_group": name, "inputs": [offset, ...]}``) and hands
   each task a list of segment files: the input topics' segments, or for an epic source the batches
   its planner parsed, spooled to ``<workdir>/spool/<query>/`` (deleted once the batch commits).
-- The task reads those files (memory-mapped Arrow), runs the group's nodes
+- The task reads those files (memory-mapped Arrow; from a remote work directory, each file is
+  read whole into memory through pyarrow's filesystem), runs the group's nodes
   (:func:`epic.spark.tasks.run_stateless` / ``run_stateful``: tags, snapshots and markers), and
   writes the output itself (:class:`~epic.spark.topic_sink.TopicStreamWriter`, the CSV / Parquet
   writer of :mod:`epic.spark.sink_query` or :mod:`epic.spark.object_sink`): temp segments or part
@@ -110,7 +111,12 @@ class GroupPlan:
         partitions: tasks per micro-batch of a keyed node; at most this many for a stateless group.
         branches: the chains.
         stateful: the branches have a stateful node (all of them or none).
-        spool: where an epic source's planned batches are spooled.
+        spool: where an epic source's planned batches are spooled (a path of ``fs``).
+        fs: the work directory's pyarrow filesystem when it is remote (``s3://``...); None for
+            a local one (files are memory-mapped).
+        fs_root: the work directory's path in ``fs``.
+        checkpoint: the query's checkpoint; with ``fs``, the driver's disk, so the tasks get the
+            micro-batch's offsets with their partition instead of reading its offset log.
         trace: the driver's ``EPIC_TRACE`` file (:mod:`epic.spark.trace`), adopted by the
             planner process and the tasks.
     """
@@ -123,6 +129,9 @@ class GroupPlan:
     branches: list
     stateful: bool
     spool: str = ""
+    fs: object = None
+    fs_root: str | None = None
+    checkpoint: str = ""
     trace: str = ""
 
     @property
@@ -133,13 +142,16 @@ class GroupPlan:
 
 class GroupPartition(InputPartition):
     """The files one task reads: ``(input index, path, kind)`` with kind ``topic`` or ``spool``;
-    ``key_part``: the hash partition a keyed node's task keeps (None: every row)."""
+    ``key_part``: the hash partition a keyed node's task keeps (None: every row); ``end``: the
+    micro-batch's end offset when the tasks cannot read the offset log (a remote work
+    directory: the checkpoints are on the driver's disk), else None."""
 
-    def __init__(self, index: int, items: tuple, key_part: int | None):
+    def __init__(self, index: int, items: tuple, key_part: int | None, end: dict | None = None):
         super().__init__(index)
         self.part = index
         self.items = items
         self.key_part = key_part
+        self.end = end
 
 
 # -- executor side -------------------------------------------------------------------------------
@@ -153,7 +165,12 @@ def _read_items(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatc
         topic = path.rsplit("/segments/", 1)[0]
         rows = 0
         try:
-            reader = pa.ipc.open_stream(pa.memory_map(path, "r"))
+            if plan.fs is None:
+                reader = pa.ipc.open_stream(pa.memory_map(path, "r"))
+            else:
+                # A remote store: one GET of the whole file (segments are at most a few MB).
+                with plan.fs.open_input_file(path) as f:
+                    reader = pa.ipc.open_stream(f.read_buffer())
             batches = iter(reader)
             while True:
                 try:
@@ -276,9 +293,20 @@ def _decode(data: bytes):
 def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
     """A task: read the partition's files, run each branch, write its outputs; yield the commit
     messages as pointer rows."""
-    from epic.spark.tasks import run_stateful, run_stateless
 
     freeze_gc_once()
+    if part.end is not None:
+        from epic.spark.offsets import task_offsets
+
+        with task_offsets(plan.checkpoint, part.end):
+            yield from _run_partition(plan, part)
+        return
+    yield from _run_partition(plan, part)
+
+
+def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
+    from epic.spark.tasks import run_stateful, run_stateless
+
     shared = len(plan.branches) > 1
     rows = list(_read_items(plan, part)) if shared else None
     keyed = None   # the positioned (and key-filtered) rows, shared by branches without pre
@@ -379,7 +407,7 @@ class GroupPlanner:
         with span("latest_offset", self.plan.name, "planner"):
             for x, s_ in zip(self.inputs, self._split(start)):
                 if x.kind == "source":
-                    _unspool(self.plan.spool, int(s_["seq"]))
+                    _unspool(self.plan.spool, int(s_["seq"]), self.plan.fs)
             return self._combine([x.planner.latestOffset(s, limit)
                                   for x, s in zip(self.inputs, self._split(start))])
 
@@ -399,16 +427,17 @@ class GroupPlanner:
                     rows.append(p.rows)
             else:
                 for j, chunk in enumerate(_chunks(x.planner.planned(a, b), plan.partitions)):
-                    path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, chunk)
+                    path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, chunk, plan.fs)
                     items.append((i, path, "spool"))
                     rows.append(sum(c.num_rows for c in chunk))
         items = tuple(items)
         sp["rows"] = sum(rows)
         self._count(end, sum(rows))
+        e = None if plan.fs is None else end
         if plan.stateful and plan.key is not None:
-            return [GroupPartition(p, items, p) for p in range(max(1, plan.partitions))]
+            return [GroupPartition(p, items, p, e) for p in range(max(1, plan.partitions))]
         if plan.stateful or len(items) <= 1:
-            return [GroupPartition(0, items, None)]
+            return [GroupPartition(0, items, None, e)]
         # Stateless: contiguous runs of files, balanced by rows (file order is stream order
         # and the topic sink commits the parts in partition order).
         n = min(max(1, plan.partitions), len(items))
@@ -418,10 +447,10 @@ class GroupPlanner:
             cur.append(it)
             acc += r
             if acc >= per and len(out) < n - 1:
-                out.append(GroupPartition(len(out), tuple(cur), None))
+                out.append(GroupPartition(len(out), tuple(cur), None, e))
                 cur, acc = [], 0
         if cur:
-            out.append(GroupPartition(len(out), tuple(cur), None))
+            out.append(GroupPartition(len(out), tuple(cur), None, e))
         return out
 
     def commit(self, end: dict) -> None:
@@ -429,7 +458,7 @@ class GroupPlanner:
             for x, e in zip(self.inputs, self._split(end)):
                 x.planner.commit(e)
                 if x.kind == "source":
-                    _unspool(self.plan.spool, int(e["seq"]))
+                    _unspool(self.plan.spool, int(e["seq"]), self.plan.fs)
 
     def _count(self, end: dict, n: int) -> None:
         """Add a planned batch's input rows to ``<workdir>/stats/<query>.json`` (Spark's own
@@ -439,7 +468,21 @@ class GroupPlanner:
         key = json.dumps(end, sort_keys=True)
         if not plan.workdir:
             return
-        path = os.path.join(plan.workdir, "stats", plan.name.replace("/", "_") + ".json")
+        name = plan.name.replace("/", "_") + ".json"
+        if plan.fs is not None:
+            path = f"{plan.fs_root}/stats/{name}"
+            try:
+                with plan.fs.open_input_stream(path) as f:
+                    doc = json.loads(f.read())
+            except (FileNotFoundError, ValueError):
+                doc = {"rows_in": 0, "batches": 0, "end": None}
+            if doc.get("end") == key:
+                return
+            doc = {"rows_in": int(doc["rows_in"]) + int(n), "batches": int(doc["batches"]) + 1,
+                   "end": key}
+            atomic_json(path, doc, indent=None, fs=plan.fs)
+            return
+        path = os.path.join(plan.workdir, "stats", name)
         try:
             with open(path) as f:
                 doc = json.load(f)
@@ -476,9 +519,20 @@ def _chunks(batches: list, n: int) -> list[list]:
     return out
 
 
-def _spool(root: str, a: int, b: int, j: int, batches: list) -> str:
+def _spool(root: str, a: int, b: int, j: int, batches: list, fs=None) -> str:
     """Write planned source batches (an Arrow IPC stream) where the tasks read them: atomically,
-    the same content on a replay."""
+    the same content on a replay. ``fs``: a remote work directory's filesystem (``root`` is a
+    path in it; the file is published by the store's rule)."""
+    if fs is not None:
+        from epic.storage import publish
+
+        path = f"{root}/{a:012d}-{b:012d}.{j}.arrow"
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batches[0].schema) as w:
+            for x in batches:
+                w.write_batch(x)
+        publish(fs, path, sink.getvalue().to_pybytes())
+        return path
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, f"{a:012d}-{b:012d}.{j}.arrow")
     # not fsynced: a spool file is re-made from the source on a replay
@@ -489,8 +543,25 @@ def _spool(root: str, a: int, b: int, j: int, batches: list) -> str:
     return path
 
 
-def _unspool(root: str, end: int) -> None:
+def _unspool(root: str, end: int, fs=None) -> None:
     """Delete the spool files of batches that end at or before ``end`` (committed)."""
+    if fs is not None:
+        import pyarrow.fs as pafs
+
+        names = [fi.base_name for fi in fs.get_file_info(
+            pafs.FileSelector(root, allow_not_found=True))]
+        for n in names:
+            if n.endswith(".arrow"):
+                try:
+                    b = int(n.split(".")[0].split("-")[1])
+                except (IndexError, ValueError):
+                    continue
+                if b <= end:
+                    try:
+                        fs.delete_file(f"{root}/{n}")
+                    except OSError:
+                        pass
+        return
     try:
         names = os.listdir(root)
     except FileNotFoundError:

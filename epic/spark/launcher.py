@@ -119,7 +119,13 @@ class Launcher:
             mark = os.path.join(path, "printed")
             if n.name not in printed:
                 try:
-                    printed[n.name] = int(open(mark).read())
+                    if self.plan.loc is not None:  # a remote work directory
+                        from epic.storage import read_small
+
+                        mark_ = read_small(mark)
+                        printed[n.name] = int(mark_) if mark_ is not None else 0
+                    else:
+                        printed[n.name] = int(open(mark).read())
                 except (FileNotFoundError, ValueError):
                     printed[n.name] = 0
             try:
@@ -134,8 +140,14 @@ class Launcher:
                             repr(row[c]) if isinstance(row[c], float) else
                             ("" if row[c] is None else str(row[c])) for c in names))
                 printed[n.name] = seg.seq + 1
-                with open(mark, "w") as f:
-                    f.write(str(printed[n.name]))
+                if self.plan.loc is not None:
+                    from epic.storage import publish, resolve
+
+                    loc = resolve(mark)
+                    publish(loc.fs, loc.path, str(printed[n.name]).encode())
+                else:
+                    with open(mark, "w") as f:
+                        f.write(str(printed[n.name]))
             sys.stdout.flush()
 
     # -- stopping --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""One deploy per work directory: ``<workdir>/deploy.lock``.
+"""One deploy per work directory: ``<workdir>/deploy.lock`` (for a work directory on an object
+store, ``<checkpoint dir>/deploy.lock`` on the driver's disk: docs/deploy.md, "Storage").
 
 The lock is an ``flock`` on that file, held by the deploy's driver process for the whole deploy;
 the file records who holds it (pid, host, start time) so a second ``epic deploy`` on the same work
@@ -51,8 +52,8 @@ class WorkdirLock:
         epic.errors.EpicError: ...
     """
 
-    def __init__(self, workdir: str):
-        self.workdir = workdir
+    def __init__(self, workdir: str, name: str | None = None):
+        self.workdir = name or workdir  # what messages call it (a remote work dir's URI)
         self.path = os.path.join(workdir, LOCK_NAME)
         self._fd: int | None = None
 

@@ -5,6 +5,7 @@ sinks, the stateful tasks and the deploy's status (which read them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Sequence
@@ -14,7 +15,7 @@ import pyarrow.fs as pafs
 from epic.topics import resolve_filesystem
 
 __all__ = ["TopicOffset", "combine_markers", "combine_step", "batch_markers",
-           "checkpoint_is_fresh", "offsets_from_progress"]
+           "checkpoint_is_fresh", "offsets_from_progress", "task_offsets"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,9 @@ def batch_markers(checkpoint: str, batch_id: int) -> list[TopicOffset]:
     Returns:
         One :class:`TopicOffset` per ``epic_topic`` source of the query, in source order.
     """
+    planned = _TASK_OFFSETS.get(checkpoint)
+    if planned is not None:
+        return _find_offsets(planned)
     fs, root = resolve_filesystem(checkpoint, None)
     with fs.open_input_stream(f"{root}/offsets/{batch_id}") as f:
         lines = f.read().decode().splitlines()
@@ -112,6 +116,24 @@ def batch_markers(checkpoint: str, batch_id: int) -> list[TopicOffset]:
         for line in lines[1:]:
             out.extend(_find_offsets(_safe_json(line)))
     return out
+
+
+#: In a task of a deploy whose checkpoints are on the driver's disk (a remote work directory):
+#: the running micro-batch's end offset, by checkpoint (:func:`task_offsets`).
+_TASK_OFFSETS: dict[str, dict] = {}
+
+
+@contextlib.contextmanager
+def task_offsets(checkpoint: str, end: dict):
+    """Within the block, :func:`batch_markers` of ``checkpoint`` answers from ``end``, the end
+    offset the driver planned the running task's micro-batch with (what Spark wrote to the
+    offset log): the tasks of a deploy with a remote work directory may run on machines that do
+    not see the driver's checkpoint directory. A Python worker runs one task at a time."""
+    _TASK_OFFSETS[checkpoint] = end
+    try:
+        yield
+    finally:
+        _TASK_OFFSETS.pop(checkpoint, None)
 
 
 def checkpoint_is_fresh(checkpoint: str) -> bool:

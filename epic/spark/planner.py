@@ -9,7 +9,9 @@ Layout of a work directory::
     <workdir>/deploy.json            topology name, partitions per keyed node (fixed at first start)
     <workdir>/topics/<stream>        one Arrow topic per stream (a splitstream: one per output,
                                      <node>.<port>)
-    <workdir>/checkpoints/<query>    the query's Spark checkpoint
+    <workdir>/checkpoints/<query>    the query's Spark checkpoint (with a remote work directory
+                                     or --checkpoint-dir: <checkpoint dir>/checkpoints/<query>,
+                                     on the driver's disk)
     <workdir>/state/<node>/p<i>/     a stateful node's snapshots per partition and batch id
     <workdir>/sinks/<node>           topics behind console and collect sinks
     <workdir>/spool/<query>/         a source's planned batches, until their micro-batch commits
@@ -159,17 +161,24 @@ class DeployPlan:
 
     Args:
         topology: the validated topology.
-        workdir: the work directory (absolute, local).
+        workdir: the work directory (an absolute local path, or a URI: ``s3://bucket/prefix``).
         partitions: tasks per micro-batch of a keyed stateful node.
         fuse: chains and siblings share queries (``--fuse``).
         batch_rows: rows per micro-batch read from a source or topic.
         retention: delete topic segments every reading query has committed past.
+        driver_dir: the driver-local directory of ``checkpoints/`` (default: ``workdir``).
     """
 
     def __init__(self, topology: Topology, workdir: str, *, partitions: int, fuse: bool,
-                 batch_rows: int, retention: bool = True):
+                 batch_rows: int, retention: bool = True, driver_dir: str | None = None):
+        from epic.paths import is_remote
+        from epic.storage import resolve
+
         self.t = topology
         self.workdir = workdir
+        self.driver_dir = driver_dir or workdir
+        #: The work directory's store when it is remote (None: local, memory-mapped reads).
+        self.loc = resolve(workdir, "work directory") if is_remote(workdir) else None
         self.partitions = partitions
         self.fuse = fuse
         self.batch_rows = batch_rows
@@ -185,7 +194,7 @@ class DeployPlan:
 
     # -- layout ----------------------------------------------------------------------------
     def ckpt(self, query: str) -> str:
-        return f"{self.workdir}/checkpoints/{query}"
+        return f"{self.driver_dir}/checkpoints/{query}"
 
     def state_dir(self, node) -> str:
         return f"{self.workdir}/state/{node.name}"
@@ -305,11 +314,16 @@ class DeployPlan:
             name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
             key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
             partitions=self.partitions, branches=branches, stateful=st is not None,
-            spool=f"{self.workdir}/spool/{safe}", trace=trace.target())
+            spool=(f"{self.workdir}/spool/{safe}" if self.loc is None
+                   else self.loc.join("spool", safe).path),
+            fs=None if self.loc is None else self.loc.fs,
+            fs_root=None if self.loc is None else self.loc.path, checkpoint=ckpt,
+            trace=trace.target())
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
                          make_planner=functools.partial(GroupPlanner, plan, inputs,
                                                         self.batch_rows),
-                         committer=Committer(plan.outputs, plan.name, plan.trace), batch_rows=self.batch_rows)
+                         committer=Committer(plan.outputs, plan.name, plan.trace),
+                         batch_rows=self.batch_rows)
 
     def _branch(self, group: list, ckpt: str, ids: list):
         """A fused group as a branch of a query: its task specs and output writers."""

@@ -49,14 +49,27 @@ class DeployResult:
 
 
 def _check_workdir(workdir: str) -> str:
+    """The work directory as epic addresses it: an absolute local path, or a URI of a store
+    pyarrow reaches (``s3://bucket/prefix``, ``hdfs://...``), checked writable (a probe file)."""
     from epic.errors import SpecError
-    from epic.paths import local_path
+    from epic.paths import is_remote, workdir_path
 
     try:
-        wd = os.path.abspath(local_path(workdir, "work directory"))
+        wd = workdir_path(workdir)
+        if is_remote(wd):
+            from epic.storage import resolve
+
+            loc = resolve(wd, "work directory")
     except SpecError as exc:
         raise EpicError(str(exc)) from None
     try:
+        if is_remote(wd):
+            loc.makedirs()
+            probe = loc.join(f".probe-{uuid.uuid4().hex}")
+            probe.publish(b"x")
+            probe.delete()
+            return wd
+        wd = os.path.abspath(wd)
         os.makedirs(wd, exist_ok=True)
         probe = os.path.join(wd, f".probe-{uuid.uuid4().hex}")
         with open(probe, "w") as f:
@@ -68,11 +81,126 @@ def _check_workdir(workdir: str) -> str:
     return wd
 
 
-def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False) -> int:
-    p = os.path.join(wd, "deploy.json")
-    if os.path.exists(p):
-        with open(p) as f:
-            m = json.load(f)
+def default_checkpoint_dir(workdir: str) -> str:
+    """Where a deploy of the remote work directory ``workdir`` keeps its Spark checkpoints on
+    the driver's machine by default: ``$XDG_CACHE_HOME/epic/checkpoints/<name>-<hash>`` (or
+    ``~/.cache/...``), the same directory for the same URI at every restart.
+
+    >>> default_checkpoint_dir("s3://bucket/wd").split("/")[-1]
+    'bucket_wd-5f79f30eb8d0'
+    """
+    import hashlib
+    import re
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", workdir.split("://", 1)[-1]).strip("_")[-80:]
+    digest = hashlib.sha1(workdir.encode()).hexdigest()[:12]
+    return os.path.join(cache, "epic", "checkpoints", f"{slug}-{digest}")
+
+
+def _driver_dir(wd: str, checkpoint_dir: str | None) -> str:
+    """The driver-local directory holding ``checkpoints/``, the deploy lock and ``ship/``: the
+    work directory itself when it is local and no ``checkpoint_dir`` is given (the classic
+    layout), else ``checkpoint_dir`` or :func:`default_checkpoint_dir`."""
+    from epic.paths import is_remote
+
+    if checkpoint_dir is None:
+        if not is_remote(wd):
+            return wd
+        checkpoint_dir = default_checkpoint_dir(wd)
+    from epic.errors import SpecError
+    from epic.paths import local_path
+
+    try:
+        d = os.path.abspath(local_path(checkpoint_dir, "--checkpoint-dir"))
+    except SpecError as exc:
+        raise EpicError(f"{exc} (Spark's checkpoints and the deploy lock stay on the driver's "
+                        "disk: pip's pyspark has no Hadoop connector for object stores)") from None
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as exc:
+        raise EpicError(f"checkpoint directory {d} cannot be created ({exc.strerror or exc}); "
+                        "give another --checkpoint-dir") from None
+    return d
+
+
+#: In a separate checkpoint directory: the deploy whose checkpoints it holds (a copy of the
+#: work directory's ``deploy.json``).
+OWNER = "deploy.json"
+
+
+def _read_json(path: str):
+    """A JSON file of the work directory (a path or URI); None if it does not exist."""
+    from epic.paths import is_remote
+
+    if not is_remote(path):
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+    from epic.storage import resolve
+
+    loc = resolve(path)
+    try:
+        return json.loads(loc.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def _write_json(path: str, doc, indent: int | None = 1) -> None:
+    """Write a JSON file of the work directory atomically, by its store's rule."""
+    from epic.paths import is_remote
+
+    if not is_remote(path):
+        atomic_json(path, doc, indent=indent)
+        return
+    from epic.storage import resolve
+
+    loc = resolve(path)
+    atomic_json(loc.path, doc, fs=loc.fs, indent=indent)
+
+
+def _check_driver_dir(wd: str, driver: str, existing: dict | None) -> None:
+    """Refuse a restart whose Spark checkpoints are not where the work directory's deploy left
+    them (a remote work directory, or ``--checkpoint-dir``): the queries would restart at batch
+    0 over committed topics and state (duplicates or losses), or resume checkpoints of another
+    deploy."""
+    if driver == wd:
+        return
+    owner = _read_json(os.path.join(driver, OWNER))
+    if existing is None:
+        has = os.path.isdir(os.path.join(driver, "checkpoints")) and os.listdir(
+            os.path.join(driver, "checkpoints"))
+        if owner is not None and has:
+            raise EpicError(
+                f"checkpoint directory {driver} holds the Spark checkpoints of deploy "
+                f"{owner.get('id')} of {owner.get('workdir')!r}, but work directory {wd} holds "
+                "no deploy (deleted?): they would resume a stream that no longer exists. "
+                f"Delete {driver}, or give another --checkpoint-dir")
+        return
+    if owner is None or owner.get("id") != existing.get("id"):
+        where = existing.get("checkpoint_dir")
+        host = existing.get("driver_host")
+        if where is None:  # a local work directory deployed with its checkpoints inside
+            raise EpicError(
+                f"work directory {wd} holds deploy {existing.get('id')}, whose Spark checkpoints "
+                f"are in {wd}/checkpoints, not in {driver}: rerun it without --checkpoint-dir, "
+                "or deploy into a fresh --workdir")
+        raise EpicError(
+            f"work directory {wd} holds deploy {existing.get('id')}, whose Spark checkpoints "
+            f"(offset and commit logs) are on its driver's disk"
+            + (f": {where} on host {host}" if where else "")
+            + f", not in {driver} on this machine. Restarting without them would replay or "
+            "skip committed batches. Rerun on that machine"
+            + (f" with --checkpoint-dir {where}" if where else "")
+            + ", or deploy into a fresh --workdir")
+
+
+def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
+              driver: str | None = None) -> int:
+    p = f"{wd}/deploy.json"
+    m = _read_json(p)
+    if m is not None:
         if m.get("topology") != topology.name:
             raise EpicError(f"{wd} holds a deploy of topology {m.get('topology')!r}, not "
                             f"{topology.name!r}; use another --workdir")
@@ -90,7 +218,14 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False) 
     if fuse:
         doc["fuse"] = True
     doc["io"] = "direct"   # the layout generation (older work dirs say "rows" or nothing)
-    atomic_json(p, doc)
+    if driver is not None and driver != wd:
+        import socket
+
+        doc.update(checkpoint_dir=driver, driver_host=socket.gethostname())
+        # The checkpoint directory names its owner first: a crash between the two writes
+        # leaves a work directory without deploy.json, which the next start re-creates.
+        _write_json(os.path.join(driver, OWNER), {**doc, "workdir": wd})
+    _write_json(p, doc)
     return partitions
 
 
@@ -100,7 +235,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
            batch_rows: int = 1_000_000, partitions: int | None = None,
            trigger_interval: float = 0.1, poll_interval: float = 0.25,
            timeout: float | None = None, conf: dict | None = None,
-           archive: str | None = None) -> DeployResult:
+           archive: str | None = None, checkpoint_dir: str | None = None) -> DeployResult:
     """Run ``topology`` on Spark, one streaming query per node, until every sink has ended.
 
     A finite input ends by itself: the call returns once every sink committed its end of stream.
@@ -109,9 +244,11 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
 
     Args:
         topology: the topology.
-        workdir: work directory (topics, checkpoints, state, status).
+        workdir: work directory (topics, checkpoints, state, status): a path, a ``file://``
+            URI, or a store pyarrow reaches (``s3://bucket/prefix``, ``hdfs://...``;
+            docs/deploy.md, "Storage").
         master: Spark master URL (default ``local[*]``); with a cluster, ``workdir`` must be on
-            storage every executor sees.
+            storage every executor sees (a shared mount or an object store).
         ui: start the Spark UI.
         fuse: run chains of nodes in one query each (:func:`plan_groups`, docs/deploy.md); the
             work directory must always be deployed with the same choice.
@@ -134,6 +271,10 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
             (``spark.archives``, :mod:`epic.spark.ship`). With it, or a master that is not
             ``local``, a session epic starts ships epic and the topology's local code as
             ``spark.submit.pyFiles`` (``<workdir>/ship/*.zip``).
+        checkpoint_dir: a driver-local directory for Spark's checkpoints, the deploy lock and
+            ``ship/`` (default: the work directory itself when it is local; for a remote one
+            :func:`default_checkpoint_dir`). It is recorded in ``deploy.json``; a restart
+            without the checkpoints of the work directory's deploy is refused.
 
     Raises:
         EpicError: Java missing or too old, an unwritable work directory or output directory
@@ -146,13 +287,21 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     if archive and spark is not None:
         raise EpicError("archive= applies to a session the deploy starts; pass spark=None")
     wd = _check_workdir(workdir)
+    driver = _driver_dir(wd, checkpoint_dir)
     from epic.preflight import check_output_paths
     from epic.spark.lock import WorkdirLock
 
-    lock = WorkdirLock(wd).acquire()  # before anything in wd changes; dropped even on SIGKILL
+    # Before anything in wd changes; dropped even on SIGKILL. A remote work directory is locked
+    # through its driver-local checkpoint directory (flock); another machine's driver is refused
+    # by the checkpoint check (_check_driver_dir).
+    lock = WorkdirLock(driver, wd).acquire()
     try:
+        _check_driver_dir(wd, driver, _read_json(f"{wd}/deploy.json"))
+        if driver != wd:
+            print(f"epic deploy: work directory {wd}; Spark checkpoints in {driver}",
+                  file=sys.stderr, flush=True)
         check_output_paths(topology)  # before any query starts
-        return _deploy_locked(topology, wd, master=master, ui=ui, fuse=fuse,
+        return _deploy_locked(topology, wd, driver, master=master, ui=ui, fuse=fuse,
                               retention=retention, progress=progress, console=console,
                               spark=spark, batch_rows=batch_rows, partitions=partitions,
                               trigger_interval=trigger_interval, poll_interval=poll_interval,
@@ -161,23 +310,32 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         lock.release()
 
 
-def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, progress,
+def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse, retention, progress,
                    console, spark, batch_rows, partitions, trigger_interval, poll_interval,
                    timeout, conf=None, archive=None) -> DeployResult:
     """:func:`deploy` once the work directory is checked and locked."""
     from pyspark import cloudpickle
 
-    try:
-        os.remove(os.path.join(wd, STOP))
-    except FileNotFoundError:
-        pass
+    from epic.paths import is_remote
+
+    remote = is_remote(wd)
+    if remote:
+        from epic.storage import resolve
+
+        wloc = resolve(wd, "work directory")
+        wloc.join(STOP).delete()
+    else:
+        try:
+            os.remove(os.path.join(wd, STOP))
+        except FileNotFoundError:
+            pass
     # Crash points (tests) kill the driver's process group, whichever process reaches them.
     os.environ["EPIC_DRIVER_PGID"] = str(os.getpgrp())
     if spark is None:
         from epic.spark.session import build_session
         from epic.spark.ship import shipping
 
-        spark = build_session(master, ui=ui, conf=shipping(topology, wd, master=master,
+        spark = build_session(master, ui=ui, conf=shipping(topology, driver, master=master,
                                                             archive=archive, conf=conf))
     elif conf:
         for k, v in conf.items():  # a shared session: only what can change at runtime
@@ -187,12 +345,14 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
             spark.conf.set(k, v)
     settings = dict(spark.sparkContext.getConf().getAll())
     settings.update(spark.conf.getAll)
-    atomic_json(os.path.join(wd, "spark-conf.json"), dict(sorted(settings.items())))
+    _write_json(f"{wd}/spark-conf.json", dict(sorted(settings.items())))
     if partitions is None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    partitions = _manifest(wd, topology, partitions, fuse)
-    for sub in ("topics", "checkpoints", "state", "sinks"):
-        os.makedirs(os.path.join(wd, sub), exist_ok=True)
+    partitions = _manifest(wd, topology, partitions, fuse, driver)
+    os.makedirs(os.path.join(driver, "checkpoints"), exist_ok=True)
+    if not remote:  # object stores have no directories (and HDFS makes them on write)
+        for sub in ("topics", "state", "sinks"):
+            os.makedirs(os.path.join(wd, sub), exist_ok=True)
     from epic.spark.ship import by_value_modules
 
     for m in by_value_modules(topology):
@@ -201,11 +361,13 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
         except (ValueError, KeyError):
             pass
     plan = DeployPlan(topology, wd, partitions=partitions, fuse=fuse, batch_rows=batch_rows,
-                      retention=retention)
+                      retention=retention, driver_dir=driver)
     plan.create_topics()
     launcher = Launcher(spark, plan, trigger_interval)
     stats = Stats(plan, launcher.queries)
-    status_path = os.path.join(wd, STATUS)
+    status_path = f"{wd}/{STATUS}"
+    stop_requested = ((lambda: wloc.join(STOP).exists()) if remote
+                      else (lambda: os.path.exists(os.path.join(wd, STOP))))
     live = None
     if progress:
         from rich.console import Console
@@ -240,7 +402,7 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
                 event("sinks_done", topology.name)
                 state = "finished"
                 break
-            if os.path.exists(os.path.join(wd, STOP)):
+            if (refresh or not remote) and stop_requested():  # remote: a request a second
                 state = "stopped"
                 break
             if timeout is not None and elapsed > timeout:
@@ -248,7 +410,7 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
                 raise EpicError(f"deploy of {topology.name!r} timed out after {timeout} s")
             if refresh:
                 doc = stats.doc(state, elapsed)
-                atomic_json(status_path, doc)
+                _write_json(status_path, doc)
                 if live is not None:
                     live.update(status_table(doc))
             _time.sleep(poll_interval)
@@ -265,10 +427,13 @@ def _deploy_locked(topology: Topology, wd: str, *, master, ui, fuse, retention, 
         if state == "finished":
             # Spooled source batches are only read by their own micro-batch (a replay spools
             # them again); the last one's files are left when the deploy ends right after it.
-            import shutil
+            if remote:
+                wloc.join("spool").delete_dir()
+            else:
+                import shutil
 
-            shutil.rmtree(os.path.join(wd, "spool"), ignore_errors=True)
-        atomic_json(status_path, doc)
+                shutil.rmtree(os.path.join(wd, "spool"), ignore_errors=True)
+        _write_json(status_path, doc)
         if live is not None:
             live.update(status_table(doc))
             live.stop()

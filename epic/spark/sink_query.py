@@ -103,6 +103,14 @@ def sidecar_location(path: str):
 
 def deploy_id(workdir: str) -> str | None:
     """The id of the deploy in ``workdir`` (``deploy.json``), None if it has none."""
+    if "://" in workdir:  # a remote work directory (s3://...)
+        from epic.storage import read_small
+
+        try:
+            data = read_small(f"{workdir}/deploy.json")
+            return None if data is None else json.loads(data).get("id")
+        except ValueError:
+            return None
     try:
         with open(os.path.join(workdir, "deploy.json")) as f:
             return json.load(f).get("id")

@@ -22,7 +22,14 @@ STOP = "STOP"
 
 
 def read_status(workdir: str) -> dict:
-    """The status document a deploy keeps in ``<workdir>/status.json``."""
+    """The status document a deploy keeps in ``<workdir>/status.json`` (a path or URI)."""
+    if "://" in workdir:
+        from epic.storage import read_small
+
+        data = _remote(workdir, lambda: read_small(f"{workdir.rstrip('/')}/{STATUS}"))
+        if data is None:
+            raise EpicError(f"{workdir}: no {STATUS}; is this the --workdir of an epic deploy?")
+        return json.loads(data)
     p = os.path.join(workdir, STATUS)
     try:
         with open(p) as f:
@@ -34,10 +41,33 @@ def read_status(workdir: str) -> dict:
 
 def request_stop(workdir: str) -> None:
     """Ask the deploy running in ``workdir`` to stop (it polls for the file)."""
+    if "://" in workdir:
+        from epic.storage import resolve
+
+        def put():
+            loc = resolve(workdir.rstrip("/"), "work directory")
+            if not loc.join("deploy.json").exists():
+                raise EpicError(f"{workdir}: no deploy.json; is this the --workdir of an epic "
+                                "deploy?")
+            loc.join(STOP).publish(str(_time.time()).encode())
+        _remote(workdir, put)
+        return
     if not os.path.isdir(workdir):
         raise EpicError(f"{workdir}: no such work directory")
     with open(os.path.join(workdir, STOP), "w") as f:
         f.write(str(_time.time()))
+
+
+def _remote(workdir: str, call):
+    """``call()``, with a store's errors (a bad URI, an unreachable store) as :class:`EpicError`."""
+    from epic.errors import SpecError
+
+    try:
+        return call()
+    except SpecError as exc:
+        raise EpicError(str(exc)) from None
+    except OSError as exc:
+        raise EpicError(f"{workdir}: {exc}") from None
 
 
 class Stats:
@@ -76,6 +106,12 @@ class Stats:
 
     def _rows_in(self, name: str) -> int:
         # Spark counts the commit-message rows; the query's planner counts the input rows.
+        if self.plan.loc is not None:
+            try:
+                data = self.plan.loc.join("stats", name.replace("/", "_") + ".json").read_bytes()
+                return int(json.loads(data)["rows_in"])
+            except (FileNotFoundError, ValueError, KeyError):
+                return 0
         try:
             with open(os.path.join(self.plan.workdir, "stats",
                                    name.replace("/", "_") + ".json")) as f:

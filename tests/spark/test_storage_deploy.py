@@ -1,5 +1,6 @@
-"""epic deploy writing its CSV sinks to an S3-compatible object store (moto's server on
-loopback): the outputs equal `epic run`'s, also after a crash inside a sink commit."""
+"""epic deploy writing its CSV sinks, and keeping its work directory, on an S3-compatible object
+store (moto's server on loopback): the outputs equal `epic run`'s, also after a crash inside a
+sink commit or mid-stream."""
 
 from __future__ import annotations
 
@@ -69,21 +70,6 @@ def _read(uri):
     loc = resolve(uri)
     with loc.fs.open_input_stream(loc.path) as f:
         return _lines(f.read())
-
-
-def test_deploy_writes_csv_sinks_to_s3(s3, reference, tmp_path, fuse=True):
-    """Every sink's object holds `epic run`'s header and rows, each once; no temp is left.
-    Fused only (the suite's time): without --fuse the same writer commits from other queries;
-    test_a_crash_inside_an_s3_sink_commit_is_recovered deploys without it."""
-    out = f"{s3}/deploy-{'fused' if fuse else 'queries'}"
-    r = _deploy(tmp_path / "wd", out, fuse=fuse)
-    assert r.returncode == 0, _failure(r)
-    for n in OUTPUTS:
-        assert _read(f"{out}/{n}") == reference[n], n
-        meta = resolve(f"{out}/{n}.epic")
-        assert [fi.base_name for fi in meta.join("_tmp").list()] == []
-        assert b'"eos": true' in meta.join("commit.json").read_bytes()
-    assert not (tmp_path / "s3:").exists()
 
 
 def test_a_crash_inside_an_s3_sink_commit_is_recovered(s3, reference, tmp_path):
@@ -176,3 +162,81 @@ def test_a_fresh_deploy_replaces_an_s3_output(s3, reference, tmp_path):
         assert r.returncode == 0, _failure(r)
     for n in OUTPUTS:
         assert _read(f"{out}/{n}") == reference[n], n
+
+
+# -- a work directory on S3 -------------------------------------------------------------------
+
+def _deploy_wd(wd, out, tmp_path, *, fuse=False, crash=None, checkpoint_dir=None):
+    """Deploy sensor_averages with ``--workdir wd`` (an s3:// URI), CSV outputs in ``out``;
+    the default checkpoint directory under ``tmp_path/cache`` (XDG_CACHE_HOME)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    if crash:
+        env["EPIC_CRASH_AT"] = crash
+    cmd = [sys.executable, "-m", "epic.spark.cli", "deploy", str(TOPOLOGY), "--workdir", wd,
+           "--batch-rows", "500", "--no-progress", "--timeout", "240"] \
+        + (["--fuse"] if fuse else []) \
+        + (["--checkpoint-dir", str(checkpoint_dir)] if checkpoint_dir else []) \
+        + ["--", "--out", str(out)]
+    return subprocess.run(cmd, env=env, start_new_session=True, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+
+
+def _local_outputs(out):
+    return {n: _lines((out / n).read_bytes()) for n in OUTPUTS}
+
+
+def test_deploy_with_its_work_directory_on_s3(s3, reference, tmp_path):
+    """Unfused (every node a query: topics between them on S3, the keyed window's snapshots on
+    S3, a source's spool on S3): `epic run`'s rows; Spark's checkpoints in the driver-local
+    default directory, named in deploy.json; nothing local named after the URI."""
+    import json
+
+    from epic.spark.runtime import default_checkpoint_dir
+    from epic.spark.status import read_status
+
+    wd = f"{s3}/wd-queries"
+    r = _deploy_wd(wd, tmp_path / "out", tmp_path)
+    assert r.returncode == 0, _failure(r)
+    assert _local_outputs(tmp_path / "out") == reference
+    loc = resolve(wd)
+    names = {fi.base_name for fi in loc.list()}
+    assert {"deploy.json", "status.json", "spark-conf.json", "topics", "state",
+            "stats"} <= names, names
+    assert "checkpoints" not in names and "spool" not in names
+    assert loc.join("state", "avg_60s").list(), "the window's snapshots are on S3"
+    manifest = json.loads(loc.join("deploy.json").read_bytes())
+    ckpt = str(tmp_path / "cache" / "epic" / "checkpoints" / default_checkpoint_dir(wd)
+               .rsplit("/", 1)[-1])
+    assert manifest["checkpoint_dir"] == ckpt
+    assert sorted(os.listdir(os.path.join(ckpt, "checkpoints")))
+    assert f"Spark checkpoints in {ckpt}" in r.stderr
+    assert read_status(wd)["state"] == "finished"   # epic status s3://...
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_deploy_on_s3_killed_mid_stream_recovers_exactly_once(s3, reference, tmp_path):
+    """Fused, work directory and CSV sinks on S3, SIGKILLed after a keyed window's third
+    snapshot: a rerun without the driver's checkpoints (another --checkpoint-dir) is refused,
+    naming where they are; the rerun from the same machine completes with `epic run`'s header
+    and rows in every sink's object, each once, no temp object left. (Also the suite's test of
+    fused CSV sinks on S3: test_a_crash_inside_an_s3_sink_commit_is_recovered deploys unfused.)"""
+    wd = f"{s3}/wd-crash"
+    out = f"{s3}/wd-crash-out"
+    first = _deploy_wd(wd, out, tmp_path, fuse=True, crash="node-state:3")
+    assert first.returncode == -9, (first.returncode, _failure(first))
+    assert resolve(f"{wd}/state").list(), "the kill came after snapshots were written"
+    other = _deploy_wd(wd, out, tmp_path, fuse=True, checkpoint_dir=tmp_path / "elsewhere")
+    assert other.returncode == 1
+    said = " ".join(other.stderr.split())   # rich wraps the message
+    assert "whose Spark checkpoints" in said and f"--checkpoint-dir {tmp_path}/cache/" in said, \
+        said[-2000:]
+    again = _deploy_wd(wd, out, tmp_path, fuse=True)
+    assert again.returncode == 0, _failure(again)
+    for n in OUTPUTS:
+        assert _read(f"{out}/{n}") == reference[n], n
+        meta = resolve(f"{out}/{n}.epic")
+        assert [fi.base_name for fi in meta.join("_tmp").list()] == []
+        assert b'"eos": true' in meta.join("commit.json").read_bytes()
+    assert not (tmp_path / "s3:").exists()
