@@ -233,7 +233,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
            fuse: bool = False, retention: bool = True,
            progress: bool = False, console=None, spark=None,
            batch_rows: int = 1_000_000, partitions: int | None = None,
-           trigger_interval: float = 0.1, poll_interval: float = 0.25,
+           trigger_interval: float = 0.1, poll_interval: float = 0.1,
            timeout: float | None = None, conf: dict | None = None,
            archive: str | None = None, checkpoint_dir: str | None = None) -> DeployResult:
     """Run ``topology`` on Spark, one streaming query per node, until every sink has ended.
@@ -262,8 +262,9 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         partitions: partitions of keyed stateful nodes (default: the session's
             ``spark.sql.shuffle.partitions``); fixed at the first start of ``workdir``.
         trigger_interval: seconds between micro-batch triggers of each query.
-        poll_interval: seconds between the driver's checks for completion and failures (the
-            status document is refreshed at most once a second).
+        poll_interval: seconds between the driver's checks for completion and failures (at
+            least 0.25 s with a remote work directory; the status document is refreshed at most
+            once a second).
         timeout: give up (stop, raise) after this many seconds.
         conf: Spark settings (``--conf key=value``) for the session epic starts; they override
             epic's. The session's resolved settings are written to ``<workdir>/spark-conf.json``.
@@ -413,7 +414,8 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
                 _write_json(status_path, doc)
                 if live is not None:
                     live.update(status_table(doc))
-            _time.sleep(poll_interval)
+            # A remote work dir: its sinks' and topics' end-of-stream records are requests.
+            _time.sleep(max(poll_interval, 0.25) if remote else poll_interval)
     finally:
         elapsed = _time.perf_counter() - start
         try:
