@@ -232,8 +232,9 @@ class Cluster:
         except (OSError, ValueError):
             return None
 
-    def executor_pids(self, i: int) -> list[int]:
-        """The executor JVMs running under worker ``i`` (children of its JVM)."""
+    def executor_pids(self, i: int, app: str | None = None) -> list[int]:
+        """The executor JVMs running under worker ``i`` (children of its JVM); with ``app``,
+        only that application's."""
         kids = _children()
         out = []
         for pid in kids.get(self.workers[i].pid, []):
@@ -241,7 +242,9 @@ class Cluster:
                 cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
             except OSError:
                 continue
-            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd:
+            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" not in cmd:
+                continue
+            if app is None or app.encode() in cmd:
                 out.append(pid)
         return out
 
