@@ -45,14 +45,15 @@ class Launcher:
         """Start every query in topological order, at most :attr:`starting` initialising at once.
 
         A query's initialisation is Spark spawning a fresh Python planner process for its data
-        source (about 0.9 s here): overlapping a few of them saves most of that per query.
-        Waiting for each in turn cost a 13-query deploy over 10 s; starting all at once (53
-        queries of an unfused DEBS deploy) overran two cores until planner processes failed to
-        connect back to the JVM within Spark's timeout. The ``start()`` calls are all made from
-        this thread."""
+        source (about 0.9 s here), so a deploy of many queries waits about that long per query
+        when they start one at a time. With more cores a few initialise at once. Starting all at
+        once (53 queries of an unfused DEBS deploy) overran two cores until planner processes
+        failed to connect back to the JVM within Spark's timeout. The ``start()`` calls are all
+        made from this thread."""
         from epic.spark.datasources import reader_source, writer_source
 
         pending: list = []
+        starting = self.starting
         for qp in self.plan.queries():
             safe = re.sub(r"\W", "_", qp.name)
             src = reader_source(f"epic_group_{self.tag}_{safe}", qp.schema, qp.make_planner,
@@ -61,7 +62,7 @@ class Launcher:
             self.spark.dataSource.register(src)
             self.spark.dataSource.register(dst)
             with span("await_slot", qp.name, "driver"):
-                pending = self._await_slots(pending)
+                pending = self._await_slots(pending, starting)
             with span("start", qp.name, "driver"):
                 q = (self.spark.readStream.format(src.name()).load().writeStream
                      .format(dst.name()).option("checkpointLocation", qp.checkpoint)
@@ -69,17 +70,32 @@ class Launcher:
             self.queries[qp.name] = q
             pending.append(q)
 
-    #: Queries initialising at once (their planner processes start in parallel).
-    starting = max(1, min(4, os.cpu_count() or 1))
+    #: The Spark setting that overrides :attr:`starting` (``--conf spark.epic.startingQueries=N``).
+    STARTING_CONF = "spark.epic.startingQueries"
 
-    def _await_slots(self, pending: list, timeout: float = 60.0) -> list:
-        """Wait until fewer than :attr:`starting` of ``pending`` are still initialising (or
+    @property
+    def starting(self) -> int:
+        """Queries initialising at once: ``spark.epic.startingQueries`` if set, else half the
+        driver's cores (1 to 4). On two cores one at a time: two planner processes spawning at
+        once beside three drivers and two executors (the cluster test) once missed Spark's
+        10-second connect-back (``Python worker failed to connect back``)."""
+        v = self.spark.conf.get(self.STARTING_CONF, None)
+        if v:
+            try:
+                return max(1, int(v))
+            except ValueError:
+                raise EpicError(f"--conf {self.STARTING_CONF}={v!r}: expected a whole number "
+                                "of queries, e.g. 2") from None
+        return max(1, min(4, (os.cpu_count() or 2) // 2))
+
+    def _await_slots(self, pending: list, starting: int, timeout: float = 60.0) -> list:
+        """Wait until fewer than ``starting`` of ``pending`` are still initialising (or
         ``timeout`` passed: a slow start is then the watch loop's to report); those still
         initialising."""
         deadline = _time.monotonic() + timeout
         while True:
             pending = [q for q in pending if not _initialised(q)]
-            if len(pending) < self.starting or _time.monotonic() > deadline:
+            if len(pending) < starting or _time.monotonic() > deadline:
                 return pending
             _time.sleep(0.02)
 

@@ -9,6 +9,8 @@ import pytest
 
 import epic
 from epic.cli import load_topology
+from epic.errors import EpicError
+from epic.spark.launcher import Launcher
 from epic.spark.runtime import deploy, read_status
 from epic.testing import load_transcripts, rows_key
 
@@ -39,7 +41,12 @@ def test_example_equals_run(spark, tmp_path, name):
     dep = load_topology(ROOT / "topologies" / f"{name}.py",
                         params={**params, "out": str(tmp_path / "dep")})
     epic.run(ref)
-    result = deploy(dep, str(tmp_path / "wd"), spark=spark, timeout=240)
+    if name == "parallel_split":  # its queries start three at a time (docs/deploy.md)
+        spark.conf.set(Launcher.STARTING_CONF, "3")
+    try:
+        result = deploy(dep, str(tmp_path / "wd"), spark=spark, timeout=240)
+    finally:
+        spark.conf.unset(Launcher.STARTING_CONF)
     assert result.status["state"] == "finished"
     files = sorted((tmp_path / "ref").glob("*.csv"))
     assert files
@@ -112,3 +119,15 @@ def test_unwritable_workdir(spark, tmp_path):
     t = _transcript_topology(TRANSCRIPTS[0])
     with pytest.raises(epic.EpicError, match="not writable"):
         deploy(t, str(blocker / "wd"), spark=spark)
+
+
+def test_starting_queries_setting_must_be_a_number(spark, tmp_path):
+    """``spark.epic.startingQueries`` that is not a number stops the deploy, naming it."""
+    t = load_topology(ROOT / "topologies" / "sensor_averages.py",
+                      params={"out": str(tmp_path / "dep")})
+    spark.conf.set(Launcher.STARTING_CONF, "many")
+    try:
+        with pytest.raises(EpicError, match="spark.epic.startingQueries='many'"):
+            deploy(t, str(tmp_path / "wd"), spark=spark, timeout=60)
+    finally:
+        spark.conf.unset(Launcher.STARTING_CONF)
