@@ -544,28 +544,20 @@ def _spool(root: str, a: int, b: int, j: int, batches: list, fs=None) -> str:
 
 
 def _unspool(root: str, end: int, fs=None) -> None:
-    """Delete the spool files of batches that end at or before ``end`` (committed)."""
+    """Delete the spool files of batches that end at or before ``end`` (committed); ``fs``: the
+    remote work directory's filesystem (None: local)."""
     if fs is not None:
         import pyarrow.fs as pafs
 
         names = [fi.base_name for fi in fs.get_file_info(
             pafs.FileSelector(root, allow_not_found=True))]
-        for n in names:
-            if n.endswith(".arrow"):
-                try:
-                    b = int(n.split(".")[0].split("-")[1])
-                except (IndexError, ValueError):
-                    continue
-                if b <= end:
-                    try:
-                        fs.delete_file(f"{root}/{n}")
-                    except OSError:
-                        pass
-        return
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return
+        remove = fs.delete_file
+    else:
+        try:
+            names = os.listdir(root)
+        except FileNotFoundError:
+            return
+        remove = os.remove
     for n in names:
         if n.endswith(".arrow"):
             try:
@@ -574,7 +566,7 @@ def _unspool(root: str, end: int, fs=None) -> None:
                 continue
             if b <= end:
                 try:
-                    os.remove(os.path.join(root, n))
+                    remove(f"{root}/{n}")
                 except OSError:
                     pass
 
