@@ -469,31 +469,25 @@ class GroupPlanner:
         if not plan.workdir:
             return
         name = plan.name.replace("/", "_") + ".json"
-        if plan.fs is not None:
-            path = f"{plan.fs_root}/stats/{name}"
-            try:
-                with plan.fs.open_input_stream(path) as f:
-                    doc = json.loads(f.read())
-            except (FileNotFoundError, ValueError):
-                doc = {"rows_in": 0, "batches": 0, "end": None}
-            if doc.get("end") == key:
-                return
-            doc = {"rows_in": int(doc["rows_in"]) + int(n), "batches": int(doc["batches"]) + 1,
-                   "end": key}
-            atomic_json(path, doc, indent=None, fs=plan.fs)
-            return
-        path = os.path.join(plan.workdir, "stats", name)
+        fs = plan.fs
+        path = (f"{plan.fs_root}/stats/{name}" if fs is not None
+                else os.path.join(plan.workdir, "stats", name))
         try:
-            with open(path) as f:
-                doc = json.load(f)
+            if fs is not None:
+                with fs.open_input_stream(path) as f:
+                    doc = json.loads(f.read())
+            else:
+                with open(path) as f:
+                    doc = json.load(f)
         except (FileNotFoundError, ValueError):
             doc = {"rows_in": 0, "batches": 0, "end": None}
         if doc.get("end") == key:
             return
         doc = {"rows_in": int(doc["rows_in"]) + int(n), "batches": int(doc["batches"]) + 1,
                "end": key}
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        atomic_json(path, doc, indent=None)
+        if fs is None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_json(path, doc, indent=None, fs=fs)
 
     def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
         """A task (executor side)."""
