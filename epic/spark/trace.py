@@ -49,10 +49,14 @@ def target() -> str:
 
 
 def adopt(path: str) -> None:
-    """Write this process's spans to ``path`` too (a planner, commit or task process whose JVM
-    was started before the driver set ``EPIC_TRACE``); "" changes nothing."""
-    if path and os.environ.get(ENV) != path:
-        os.environ[ENV] = path
+    """Write this process's spans to ``path``, the driver's trace file for the work in hand, or
+    to none if ``path`` is "" (Spark reuses its Python workers across deploys: a worker that ran
+    a traced deploy's tasks must not trace the next, untraced one)."""
+    if path:
+        if os.environ.get(ENV) != path:
+            os.environ[ENV] = path
+    else:
+        os.environ.pop(ENV, None)
 
 
 def _write(doc: dict) -> None:
