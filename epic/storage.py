@@ -36,8 +36,10 @@ nothing is ever written to a local directory named after a URI.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
@@ -47,7 +49,7 @@ import pyarrow.fs as pafs
 from .errors import SpecError
 
 __all__ = ["Location", "resolve", "check_uri", "store_kind", "commit_rule", "publish", "fsync_local",
-           "read_small", "REMOTE_SCHEMES", "LOCAL"]
+           "read_small", "read_small_json", "REMOTE_SCHEMES", "LOCAL"]
 
 #: The local file system (one instance: it holds no state).
 LOCAL = pafs.LocalFileSystem()
@@ -207,6 +209,33 @@ class Location:
         with self.fs.open_input_stream(self.path) as f:
             return f.read()
 
+    def read_json(self):
+        """The JSON document in this file, read whole even while a writer replaces it.
+
+        On an object store a read is a HEAD (for the size) and a ranged GET: an object replaced in
+        between is read cut to the old size. A cut JSON document does not parse (its closing
+        bracket is its last byte), so a document that does not parse is read again; it is
+        corrupt only when two reads in a row return the same bytes.
+
+        Raises:
+            FileNotFoundError: there is no such file.
+            ValueError: the file holds no JSON document (read twice, unchanged).
+        """
+        if self.is_local:
+            with open(self.path, "rb") as f:
+                return json.loads(f.read())
+        prev = None
+        for attempt in range(8):
+            data = self.read_bytes()
+            try:
+                return json.loads(data)
+            except ValueError:
+                if data == prev:
+                    raise
+                prev = data
+                time.sleep(0.02 * (attempt + 1))
+        return json.loads(data)
+
     def open_input(self):
         """A random-access file (``read_at``, ``size``) for pyarrow readers."""
         return self.fs.open_input_file(self.path)
@@ -332,5 +361,22 @@ def read_small(path: str | os.PathLike) -> bytes | None:
             with open(p, "rb") as f:
                 return f.read()
         return resolve(p).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def read_small_json(path: str | os.PathLike):
+    """The JSON document in a small file (a status, record or stats file) at a path or URI, read
+    whole even while a writer replaces it (:meth:`Location.read_json`); None if it does not exist.
+
+    Raises:
+        ValueError: the file holds no JSON document.
+    """
+    p = os.fspath(path)
+    try:
+        if _SCHEME.match(p) is None:
+            with open(p, "rb") as f:
+                return json.loads(f.read())
+        return resolve(p).read_json()
     except FileNotFoundError:
         return None

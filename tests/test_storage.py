@@ -244,3 +244,41 @@ def test_epic_status_and_stop_take_an_s3_work_directory(s3):
     assert loc.join("STOP").exists()
     r = CliRunner().invoke(app, ["status", wd, "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["state"] == "finished"
+
+
+def test_s3_json_read_while_a_writer_replaces_it_is_never_cut(s3):
+    """A reader polling a record that a writer keeps replacing (a sink's commit record while the
+    driver watches for its end) gets whole documents, in order: a read cut to the size of the
+    object it replaced is read again. A document that stays unreadable is reported corrupt."""
+    import threading
+
+    from epic.storage import read_small_json
+
+    loc = resolve(f"{s3}/race").join("commit.json")
+    loc.publish(json.dumps({"batch": 0, "pad": ""}).encode())
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            # Lengths go up and down, so a read straddling a replace is cut or overruns.
+            loc.publish(json.dumps({"batch": i, "pad": "x" * (i * 7 % 61)}).encode())
+
+    t = threading.Thread(target=writer)
+    t.start()
+    seen = []
+    try:
+        for _ in range(150):
+            doc = read_small_json(loc.uri)
+            assert isinstance(doc, dict) and set(doc) == {"batch", "pad"}
+            seen.append(doc["batch"])
+    finally:
+        stop.set()
+        t.join()
+    assert seen == sorted(seen) and seen[-1] > 0
+
+    loc.publish(b'{"batch": 3, "len')
+    with pytest.raises(ValueError):
+        loc.read_json()
+    assert read_small_json(f"{s3}/race/absent.json") is None

@@ -142,7 +142,7 @@ def _read_json(path: str):
 
     loc = resolve(path)
     try:
-        return json.loads(loc.read_bytes())
+        return loc.read_json()  # an object being replaced is read again, not cut
     except FileNotFoundError:
         return None
 

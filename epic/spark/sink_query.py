@@ -69,9 +69,7 @@ def read_sidecar(path: str, deploy: str | None = None) -> dict | None:
             with open(side.path) as f:
                 rec = json.load(f)
         else:
-            if not side.exists():
-                raise FileNotFoundError(side.uri)
-            rec = json.loads(side.read_bytes())
+            rec = side.read_json()  # a record being replaced is read again, not cut
         if not isinstance(rec, dict):
             raise ValueError("not a JSON object")
         for k in ("batch", "length", "eos"):
@@ -104,11 +102,11 @@ def sidecar_location(path: str):
 def deploy_id(workdir: str) -> str | None:
     """The id of the deploy in ``workdir`` (``deploy.json``), None if it has none."""
     if "://" in workdir:  # a remote work directory (s3://...)
-        from epic.storage import read_small
+        from epic.storage import read_small_json
 
         try:
-            data = read_small(f"{workdir}/deploy.json")
-            return None if data is None else json.loads(data).get("id")
+            doc = read_small_json(f"{workdir}/deploy.json")
+            return None if doc is None else doc.get("id")
         except ValueError:
             return None
     try:

@@ -24,12 +24,12 @@ STOP = "STOP"
 def read_status(workdir: str) -> dict:
     """The status document a deploy keeps in ``<workdir>/status.json`` (a path or URI)."""
     if "://" in workdir:
-        from epic.storage import read_small
+        from epic.storage import read_small_json
 
-        data = _remote(workdir, lambda: read_small(f"{workdir.rstrip('/')}/{STATUS}"))
-        if data is None:
+        doc = _remote(workdir, lambda: read_small_json(f"{workdir.rstrip('/')}/{STATUS}"))
+        if doc is None:
             raise EpicError(f"{workdir}: no {STATUS}; is this the --workdir of an epic deploy?")
-        return json.loads(data)
+        return doc
     p = os.path.join(workdir, STATUS)
     try:
         with open(p) as f:
@@ -108,8 +108,8 @@ class Stats:
         # Spark counts the commit-message rows; the query's planner counts the input rows.
         if self.plan.loc is not None:
             try:
-                data = self.plan.loc.join("stats", name.replace("/", "_") + ".json").read_bytes()
-                return int(json.loads(data)["rows_in"])
+                doc = self.plan.loc.join("stats", name.replace("/", "_") + ".json").read_json()
+                return int(doc["rows_in"])
             except (FileNotFoundError, ValueError, KeyError):
                 return 0
         try:
