@@ -99,11 +99,14 @@ class Cluster:
         memory: memory per worker (``1g``).
         root: directory for the daemons' logs and work dirs (default: a new temp dir).
         host: the address every daemon binds to.
+        java_opts: JVM options of the master and workers (``SPARK_DAEMON_JAVA_OPTS``); an
+            executor's come from the application (``spark.executor.extraJavaOptions``).
     """
 
     def __init__(self, workers: int = 2, *, cores: int = 1, memory: str = "1g",
-                 root: str | None = None, host: str = "127.0.0.1"):
+                 root: str | None = None, host: str = "127.0.0.1", java_opts: str = ""):
         self.n, self.cores, self.memory, self.host = workers, cores, memory, host
+        self.java_opts = java_opts
         self.root = Path(root or tempfile.mkdtemp(prefix="epic-cluster-"))
         self.master_port = self.master_ui = 0
         self.master: subprocess.Popen | None = None
@@ -126,6 +129,8 @@ class Cluster:
         env["SPARK_LOG_DIR"] = str(self.root / "logs")
         # The daemons' own JVM heap; executors get --memory.
         env.setdefault("SPARK_DAEMON_MEMORY", "256m")
+        if self.java_opts:
+            env["SPARK_DAEMON_JAVA_OPTS"] = self.java_opts
         return env
 
     def _spawn(self, name: str, cls: str, *args: str) -> subprocess.Popen:

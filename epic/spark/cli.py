@@ -126,7 +126,11 @@ def register(app: typer.Typer) -> None:
                                                   "without epic, pyspark and py4j)."),
              exclude: Optional[List[str]] = typer.Option(
                  None, "--exclude", help="A distribution to leave out (repeatable; replaces "
-                                         "the default pyspark and py4j).")):
+                                         "the default pyspark and py4j)."),
+             full: bool = typer.Option(False, "--full",
+                                       help="Keep the packages' test suites, C headers and "
+                                            "Cython sources (left out by default: nothing "
+                                            "imports them at run time).")):
         """Pack this environment's dependencies for executors (epic deploy --archive).
 
         Packed: epic's run-time requirements (pyarrow, pandas, ...) and --with ones.
@@ -144,7 +148,7 @@ def register(app: typer.Typer) -> None:
         err = Console(stderr=True)
         try:
             result = do_pack(str(output), extra=with_ or (), everything=everything,
-                             exclude=exclude or SPARK_PROVIDED)
+                             exclude=exclude or SPARK_PROVIDED, slim=not full)
         except EpicError as exc:
             say(err, "error", "bold red", exc)
             raise typer.Exit(code=1)

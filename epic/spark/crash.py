@@ -71,10 +71,27 @@ def crash_point(name: str, workdir: str) -> None:
 
 
 def fault_point(name: str, workdir: str) -> None:
-    """Raise ``OSError(ENOSPC)`` at point ``name`` if ``<workdir>/.faults/<name>`` exists: a full
-    disk for tests that cannot mount a small file system (not root). Points: ``sink-commit``
-    (a CSV sink commit appended its first non-empty part)."""
-    if workdir and os.path.exists(os.path.join(points_dir(workdir), FAULTS_DIR, name)):
-        import errno
+    """Fail at point ``name`` if ``<workdir>/.faults/<name>`` exists: a file holding
+    ``connect-back`` is consumed and raises the error Spark gives when a Python process it
+    spawned did not connect back in time (a transient failure the launcher restarts the query
+    for); any other raises ``OSError(ENOSPC)``, a full disk for tests that cannot mount a small
+    file system (not root). Points: ``sink-commit`` (a CSV sink commit appended its first
+    non-empty part)."""
+    if not workdir:
+        return
+    path = os.path.join(points_dir(workdir), FAULTS_DIR, name)
+    try:
+        with open(path) as f:
+            kind = f.read().strip()
+    except FileNotFoundError:
+        return
+    if kind == "connect-back":
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            return  # another process took it
+        raise RuntimeError("Python worker failed to connect back (injected at "
+                           f"{name!r} by a test)")
+    import errno
 
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

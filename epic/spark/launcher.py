@@ -37,6 +37,10 @@ class Launcher:
         self.trigger = f"{max(1, int(trigger_interval * 1000))} milliseconds"
         self.tag = uuid.uuid4().hex[:8]
         self.queries: dict[str, object] = {}
+        #: How to start each query again: its source and sink names and its checkpoint.
+        self._how: dict[str, tuple[str, str, str]] = {}
+        #: Restarts after a transient failure (:data:`TRANSIENT`), per query.
+        self.restarts: dict[str, int] = {}
         from epic.spark.sink_query import deploy_id
 
         self.deploy_id = deploy_id(plan.workdir)
@@ -63,12 +67,27 @@ class Launcher:
             self.spark.dataSource.register(dst)
             with span("await_slot", qp.name, "driver"):
                 pending = self._await_slots(pending, starting)
+            self._how[qp.name] = (src.name(), dst.name(), qp.checkpoint)
             with span("start", qp.name, "driver"):
-                q = (self.spark.readStream.format(src.name()).load().writeStream
-                     .format(dst.name()).option("checkpointLocation", qp.checkpoint)
-                     .queryName(qp.name).trigger(processingTime=self.trigger).start())
-            self.queries[qp.name] = q
+                q = self._start(qp.name)
             pending.append(q)
+
+    def _start(self, name: str):
+        src, dst, checkpoint = self._how[name]
+        q = (self.spark.readStream.format(src).load().writeStream
+             .format(dst).option("checkpointLocation", checkpoint)
+             .queryName(name).trigger(processingTime=self.trigger).start())
+        self.queries[name] = q
+        return q
+
+    #: Failures of a query that say nothing about the deploy: Spark gave a Python process it
+    #: spawned (a planner, a commit runner or a task's worker) a fixed 10 seconds to connect back,
+    #: and an overloaded machine can miss that. The query is started again from its checkpoint
+    #: (the failed micro-batch is replayed, so outputs stay exactly once), at most
+    #: :data:`MAX_RESTARTS` times per query.
+    TRANSIENT = re.compile(r"Python worker failed to connect back|Timed out while waiting for "
+                           r"the Python worker to connect back")
+    MAX_RESTARTS = 3
 
     #: The Spark setting that overrides :attr:`starting` (``--conf spark.epic.startingQueries=N``).
     STARTING_CONF = "spark.epic.startingQueries"
@@ -116,11 +135,23 @@ class Launcher:
         return topic.status().eos  # a corrupt segment raises: the deploy stops, naming it
 
     def failure(self) -> EpicError | None:
-        """The first failed query's error, explained."""
-        for name, q in self.queries.items():
+        """The first failed query's error, explained; a query that failed transiently
+        (:data:`TRANSIENT`) is started again instead, with a warning on stderr."""
+        for name, q in list(self.queries.items()):
             exc = q.exception()
-            if exc is not None:
-                return EpicError(explain(name, exc))
+            if exc is None:
+                continue
+            n = self.restarts.get(name, 0)
+            if self.TRANSIENT.search(str(exc)) and n < self.MAX_RESTARTS and name in self._how:
+                self.restarts[name] = n + 1
+                print(f"warning: node {name!r}: {self.TRANSIENT.search(str(exc)).group(0)} "
+                      "(Spark allows a Python process 10 s to start; this machine is "
+                      f"overloaded): restarting the query from its checkpoint "
+                      f"({n + 1} of {self.MAX_RESTARTS})", file=sys.stderr, flush=True)
+                with span("restart", name, "driver"):
+                    self._start(name)
+                continue
+            return EpicError(explain(name, exc))
         return None
 
     def print_console(self, printed: dict) -> None:

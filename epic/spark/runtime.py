@@ -336,8 +336,9 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
         from epic.spark.session import build_session
         from epic.spark.ship import shipping
 
-        spark = build_session(master, ui=ui, conf=shipping(topology, driver, master=master,
-                                                            archive=archive, conf=conf))
+        with span("session", topology.name, "driver"):
+            spark = build_session(master, ui=ui, conf=shipping(topology, driver, master=master,
+                                                                archive=archive, conf=conf))
     elif conf:
         for k, v in conf.items():  # a shared session: only what can change at runtime
             if not spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:

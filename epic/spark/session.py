@@ -216,7 +216,8 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
         log_level: Spark's log level.
         quiet: Start the JVM with :data:`LOG4J2_PROPERTIES` (no "falling behind", "adaptive
             ... not supported in streaming", native-hadoop, loopback or large-task warnings);
-            a ``spark.driver.extraJavaOptions`` in ``conf`` replaces it.
+            a ``spark.driver.extraJavaOptions`` in ``conf`` is kept, after it (one that sets
+            ``-Dlog4j2.configurationFile`` itself replaces it).
 
     Returns:
         The ``pyspark.sql.SparkSession``, with the ``epic_topic`` data source registered.
@@ -238,7 +239,11 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
     if quiet:
         settings["spark.driver.extraJavaOptions"] = \
             f"-Dlog4j2.configurationFile=file:{log_config_file()}"
+    given = (conf or {}).get("spark.driver.extraJavaOptions")
     settings.update(conf or {})
+    if quiet and given and "log4j2.configurationFile" not in given:
+        settings["spark.driver.extraJavaOptions"] = \
+            f"-Dlog4j2.configurationFile=file:{log_config_file()} {given}"
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

@@ -437,9 +437,23 @@ def runtime_distributions(extra: tuple[str, ...] | list[str] = (), *,
     return sorted(out)
 
 
-def _dist_files(dist, site: str) -> list[str]:
+#: What a slim pack (the default) leaves out: files only a build or a package's own test suite
+#: reads. pyarrow, pandas and numpy ship ~3,000 test files (38% of the files, 18% of the bytes
+#: of the default pack); every driver and executor unpacks the archive at start.
+_BUILD_ONLY = (".h", ".hpp", ".pyx", ".pxd", ".pxi", ".c", ".cc", ".cpp")
+
+
+def _slim_skips(rel: str) -> bool:
+    """Whether a slim pack leaves out ``rel`` (a path below site-packages): a file in a
+    ``tests`` directory inside a package, a C/C++ header or source, or a Cython file."""
+    parts = rel.split(os.sep)
+    return "tests" in parts[1:-1] or rel.endswith(_BUILD_ONLY)
+
+
+def _dist_files(dist, site: str, *, slim: bool = True) -> list[str]:
     """Files of ``dist`` under ``site`` (relative paths), with the compiled ``.pyc`` of each
-    ``.py`` (RECORD lists sources; compiled files spare every executor a compile)."""
+    ``.py`` (RECORD lists sources; compiled files spare every executor a compile); with
+    ``slim``, without what :func:`_slim_skips`."""
     out = []
     tag = sys.implementation.cache_tag
     for f in dist.files or []:
@@ -447,7 +461,7 @@ def _dist_files(dist, site: str) -> list[str]:
         if not p.startswith(site + os.sep) or not os.path.isfile(p):
             continue  # scripts in bin/ (their shebangs name this venv), missing files
         rel = os.path.relpath(p, site)
-        if "__pycache__" in rel.split(os.sep):
+        if "__pycache__" in rel.split(os.sep) or (slim and _slim_skips(rel)):
             continue
         out.append(rel)
         if rel.endswith(".py"):
@@ -459,7 +473,8 @@ def _dist_files(dist, site: str) -> list[str]:
 
 
 def pack(output: str, *, extra: tuple[str, ...] | list[str] = (), everything: bool = False,
-         exclude: tuple[str, ...] | list[str] = (), level: int = 1) -> PackResult:
+         exclude: tuple[str, ...] | list[str] = (), level: int = 1,
+         slim: bool = True) -> PackResult:
     """Write a virtual environment for executors to ``output`` (``.tar.gz`` or ``.tgz``).
 
     The archive holds ``pyvenv.cfg``, ``bin/python`` (a link to this environment's base
@@ -473,6 +488,8 @@ def pack(output: str, *, extra: tuple[str, ...] | list[str] = (), everything: bo
         exclude: distributions to leave out; default pyspark and py4j (the workers' Spark has
             them).
         level: gzip level (1: fast; the content is mostly compiled libraries).
+        slim: leave out the packages' test suites, C headers and sources and Cython files
+            (:func:`_slim_skips`): a third fewer files for every driver and executor to unpack.
 
     Raises:
         EpicError: ``output`` has another suffix, or this Python does not run in a virtual
@@ -496,7 +513,7 @@ def pack(output: str, *, extra: tuple[str, ...] | list[str] = (), everything: bo
     prefix = f"lib/python{ver}/site-packages"
     files: set[str] = set()
     for n in names:
-        files.update(_dist_files(dists[n], site))
+        files.update(_dist_files(dists[n], site, slim=slim))
     cfg = (f"home = {os.path.dirname(base)}\ninclude-system-site-packages = false\n"
            f"version = {'.'.join(map(str, sys.version_info[:3]))}\n"
            f"executable = {base}\n").encode()

@@ -56,10 +56,18 @@ def packing(tmp_path_factory):
         p.communicate()
 
 
+#: Every JVM of the test (daemons, drivers, executors) compiles with C1 only and collects with one
+#: thread: on two cores, ten short-lived JVMs otherwise spend more CPU in the C2 compiler than
+#: the deploys spend working (measured: the module took 134 s with Spark's defaults, 101 s with
+#: these). Nothing the test checks depends on the JIT.
+JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 @pytest.fixture(scope="module")
 def cluster(packing, tmp_path_factory):
     """Master + two 1-core, 1 GB workers; stopped by pid when the module ends, pass or fail."""
-    c = Cluster(2, cores=1, memory="1g", root=str(tmp_path_factory.mktemp("cluster")))
+    c = Cluster(2, cores=1, memory="1g", root=str(tmp_path_factory.mktemp("cluster")),
+                java_opts=JVM_OPTS)
     try:
         c.start()
         yield c
@@ -97,7 +105,9 @@ def _deploy(cluster, topology: Path, wd: Path, params: dict, archive: Path, *ext
     cmd = [sys.executable, "-c", DRIVER, "deploy", str(topology),
            "-w", str(wd), "--master", cluster.url, "--archive", str(archive), "--fuse",
            "--no-progress", "--timeout", "150",
-           "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.host=127.0.0.1"]
+           "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.host=127.0.0.1",
+           "--conf", f"spark.driver.extraJavaOptions={JVM_OPTS}",
+           "--conf", f"spark.executor.extraJavaOptions={JVM_OPTS}"]
     if ui_port:
         cmd += ["--conf", "spark.ui.enabled=true", "--conf", f"spark.ui.port={ui_port}"]
     cmd += list(extra)
@@ -285,6 +295,9 @@ def test_examples_equal_run_with_shipped_code(deploys, archive):
         assert conf["spark.submit.pyFiles"].split(",")[:2] == [
             str(wd / "ship" / "epic.zip"), str(wd / "ship" / "topology.zip")]
         assert conf["spark.archives"] == f"{archive}#environment"
+        # --conf spark.driver.extraJavaOptions is kept beside epic's quiet log configuration
+        java = conf["spark.driver.extraJavaOptions"]
+        assert JVM_OPTS in java and "-Dlog4j2.configurationFile=" in java, java
     seen = deploys["seen"]
     assert seen, "no executor Python with pyarrow loaded was seen"
     for pid, (cwd, maps, environ) in seen.items():

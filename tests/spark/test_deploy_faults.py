@@ -106,6 +106,68 @@ def test_full_file_system_during_sink_commit(spark, tmp_path):
             subprocess.run(["umount", str(out)], check=False)
 
 
+def test_a_query_whose_python_did_not_connect_back_is_restarted(spark, tmp_path, capfd):
+    """Spark gives a Python process it spawns 10 s to connect back; on an overloaded machine a
+    commit runner can miss that ("Python worker failed to connect back"). The deploy starts that
+    query again from its checkpoint, says so on stderr, and the output is still epic run's,
+    exactly once (the failed commit had appended its first part)."""
+    wd = tmp_path / "wd"
+
+    def items():
+        for i in range(12):
+            yield {"ts": list(range(i * 500, i * 500 + 500)), "v": list(range(i, i + 500))}
+
+    def topology(path):
+        return _copy_topology(epic.iterator_source(
+            items, schema={"ts": "int64", "v": "int64"}, time="ts", unit="ms"), path)
+    (wd / ".faults").mkdir(parents=True)
+    (wd / ".faults" / "sink-commit").write_text("connect-back")
+    deploy(topology(tmp_path / "o.csv"), str(wd), spark=spark, timeout=120, batch_rows=1000)
+    err = capfd.readouterr().err
+    assert "Python worker failed to connect back" in err
+    assert "restarting the query from its checkpoint (1 of 3)" in err
+    assert not (wd / ".faults" / "sink-commit").exists()  # the fault fired
+    epic.run(topology(tmp_path / "ref.csv"))
+    assert (tmp_path / "o.csv").read_bytes() == (tmp_path / "ref.csv").read_bytes()
+
+
+def test_transient_failures_are_restarted_at_most_three_times():
+    """The launcher's policy, without Spark: a connect-back failure restarts the query up to
+    three times, then it is the deploy's error; any other failure is the error at once."""
+    from epic.spark.launcher import Launcher
+
+    class Q:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def exception(self):
+            return self.exc
+
+    started = []
+    la = Launcher.__new__(Launcher)
+    la.queries, la.restarts = {}, {}
+    la._how = {"a": ("s", "d", "c"), "b": ("s2", "d2", "c2")}
+
+    def start(name):
+        started.append(name)
+        la.queries[name] = Q(RuntimeError("org.apache.spark.SparkException: Python worker "
+                                          "failed to connect back."))
+        return la.queries[name]
+    la._start = start
+    la.queries = {"a": Q(None), "b": Q(None)}
+    assert la.failure() is None and started == []
+    start("a")
+    started.clear()
+    for i in range(3):
+        assert la.failure() is None
+    assert started == ["a", "a", "a"] and la.restarts == {"a": 3}
+    err = la.failure()
+    assert err is not None and "query of node 'a' failed" in str(err)
+    la.queries = {"b": Q(ValueError("boom"))}
+    err = la.failure()
+    assert "boom" in str(err) and la.restarts == {"a": 3}
+
+
 def test_second_deploy_on_the_same_workdir_is_refused(spark, tmp_path):
     """While a deploy runs, a second one on its work directory is refused with the first's pid
     and host, before touching anything; the first finishes normally, and the lock is free after."""

@@ -3,6 +3,7 @@ runs them for real)."""
 
 from __future__ import annotations
 
+import os
 import tarfile
 import zipfile
 from pathlib import Path
@@ -93,3 +94,24 @@ def test_pack_writes_a_venv_layout(tmp_path):
     assert ship.archive_python(r.path) == r.python
     with pytest.raises(EpicError, match=r"\.tar\.gz"):
         ship.pack(str(tmp_path / "e.zip"))
+
+
+def test_a_slim_pack_leaves_out_test_suites_and_build_files():
+    """By default the packed files of a distribution leave out its tests/ directories, C headers
+    and sources and Cython files (nothing imports them at run time); numpy.testing, a public
+    module, and the compiled extensions stay; --full keeps everything."""
+    import sysconfig
+
+    site = os.path.realpath(sysconfig.get_paths()["purelib"])
+    numpy = ship._distributions()["numpy"]
+    slim = ship._dist_files(numpy, site)
+    full = ship._dist_files(numpy, site, slim=False)
+    assert set(slim) < set(full)
+    left = set(full) - set(slim)
+    assert any("/tests/" in f for f in left) and any(f.endswith(".h") for f in left)
+    assert all("/tests/" in f or f.endswith((".h", ".hpp", ".pyx", ".pxd", ".pxi", ".c", ".cc",
+                                             ".cpp")) for f in left)
+    assert not any(os.sep + "tests" + os.sep in f for f in slim)
+    assert os.path.join("numpy", "testing", "__init__.py") in slim
+    assert os.path.join("numpy", "__init__.py") in slim
+    assert any(f.endswith(".so") for f in slim)
