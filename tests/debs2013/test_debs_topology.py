@@ -132,6 +132,21 @@ def test_q1_windows_see_no_late_rows(run):
             assert st.late_rows == 0, name
 
 
+def test_q2_alone_equals_q2_beside_the_other_queries(run, game, tmp_path):
+    """Which other queries run does not change Q2's five files: Q2 alone writes, byte for byte,
+    what the full topology wrote (before, Q2 alone began its team slices at the first hit
+    instead of the first ball in play, and its team files lacked their first rows)."""
+    out, _ = run
+    t = build_topology(DebsOptions(input=str(game[0]), out=str(tmp_path), queries=("q2",)))
+    epic.run(t)
+    names = [n for n in OUTPUT_FILES if n.startswith("q2")]
+    assert len(names) == 5
+    for name in names:
+        mine, full = (tmp_path / name).read_bytes(), (out / name).read_bytes()
+        assert mine.count(b"\n") > 1, name
+        assert mine == full, name
+
+
 def test_delays_prepend_two_wall_clock_columns(game, tmp_path):
     """``delays`` writes entry and write times (ns) first in every row."""
     t = build_topology(DebsOptions(input=str(game[0]), out=str(tmp_path), delays=True,
