@@ -345,6 +345,8 @@ def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[s
         cmd = [epic, "deploy", topo, "--workdir", str(work), "--no-progress"]
         if args.fuse:
             cmd.append("--fuse")
+        if getattr(args, "trigger", None):
+            cmd += ["--trigger", f"{args.trigger:g}"]
     else:
         cmd = [epic, "run", topo, "--no-progress", "--no-summary", "--stats", str(stats)]
     return cmd + params
@@ -474,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runtime", choices=("deploy", "run"), default="deploy")
     ap.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=True,
                     help="epic deploy --fuse (default on)")
+    ap.add_argument("--trigger", type=float, default=None,
+                    help="epic deploy --trigger: seconds between micro-batch triggers")
     ap.add_argument("--cases", default="q1,q2,q3,q4,all",
                     help="comma list, run in this order; NAME:SECONDS sets that case's timeout")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run (then killed)")

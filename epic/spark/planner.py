@@ -18,6 +18,8 @@ Layout of a work directory::
     <workdir>/stats/<query>.json     input rows per query (the planner counts them)
     <workdir>/status.json            per-query progress, rewritten while the deploy runs
     <workdir>/STOP                   `epic stop` creates it; the driver stops and exits
+    <workdir>/spark-local/           Spark's scratch space (spark.local.dir) of a session the
+                                     deploy starts; emptied at start (runtime._spark_scratch)
 
 Queries (docs/deploy.md): every node is one query, or with ``fuse`` a chain of nodes
 (:func:`plan_groups`) and siblings reading the same stream (:func:`plan_units`). A query's tasks

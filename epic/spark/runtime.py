@@ -311,6 +311,42 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         lock.release()
 
 
+#: Spark's scratch space (``spark.local.dir``) for a session a deploy starts, in its driver-local
+#: directory: see :func:`_spark_scratch`.
+SCRATCH = "spark-local"
+
+
+def _spark_scratch(driver: str, master: str | None, conf: dict | None) -> dict:
+    """``conf`` with ``spark.local.dir=<driver>/spark-local``, emptied first.
+
+    Spark puts its temp directories (the driver's copy of ``spark.archives``, unpacked: ~300 MB
+    with an `epic pack` archive; block manager and user files) under ``spark.local.dir``, /tmp by
+    default, and deletes them in a JVM shutdown hook: a SIGKILLed driver left them in /tmp for
+    good. In the deploy's own directory they are deleted by the next deploy of that directory
+    (which holds the deploy lock, so no other deploy uses them). Left as it is: a
+    ``spark.local.dir`` in ``conf`` or ``SPARK_LOCAL_DIRS``; a master other than ``local`` or
+    ``spark://`` (standalone executors use their worker's directories, whatever the
+    application sets; others may not); a session already running in this process (it keeps its
+    own, which may be another deploy's directory).
+    """
+    conf = dict(conf or {})
+    if "spark.local.dir" in conf or os.environ.get("SPARK_LOCAL_DIRS"):
+        return conf
+    if master and not master.startswith(("local", "spark://")):
+        return conf
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        return conf
+    d = os.path.join(driver, SCRATCH)
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d, exist_ok=True)
+    conf["spark.local.dir"] = d
+    return conf
+
+
 def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse, retention, progress,
                    console, spark, batch_rows, partitions, trigger_interval, poll_interval,
                    timeout, conf=None, archive=None) -> DeployResult:
@@ -337,8 +373,9 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
         from epic.spark.ship import shipping
 
         with span("session", topology.name, "driver"):
-            spark = build_session(master, ui=ui, conf=shipping(topology, driver, master=master,
-                                                                archive=archive, conf=conf))
+            spark = build_session(master, ui=ui, conf=shipping(
+                topology, driver, master=master, archive=archive,
+                conf=_spark_scratch(driver, master, conf)))
     elif conf:
         for k, v in conf.items():  # a shared session: only what can change at runtime
             if not spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:

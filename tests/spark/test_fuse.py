@@ -5,6 +5,7 @@ Reuses the helpers of test_deploy (examples, window transcripts) and test_recove
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -80,6 +81,14 @@ def test_fused_kill_then_rerun(reference, tmp_path):  # noqa: F811 - fixture
     for crash in ("node-state:3",):
         run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash)
         assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
+    # Spark's temp directories, which the killed driver could not delete, are in the work
+    # directory (not /tmp); the next deploy there deletes them first.
+    scratch = tmp_path / "wd" / "spark-local"
+    left = set(os.listdir(scratch))
+    assert left, "the killed deploy's Spark temp directories are not in <workdir>/spark-local"
     last = _deploy(topo, tmp_path / "wd", tmp_path / "out")
     assert last.returncode == 0, last.stderr[-3000:]
     assert _lines(tmp_path / "out" / "sums.csv") == want
+    assert not left & set(os.listdir(scratch)), "the killed deploy's temp directories are left"
+    conf = json.loads((tmp_path / "wd" / "spark-conf.json").read_text())
+    assert conf["spark.local.dir"] == str(scratch)
