@@ -374,9 +374,6 @@ def read_small_json(path: str | os.PathLike):
     """
     p = os.fspath(path)
     try:
-        if _SCHEME.match(p) is None:
-            with open(p, "rb") as f:
-                return json.loads(f.read())
-        return resolve(p).read_json()
+        return (resolve(p) if _SCHEME.match(p) else Location(LOCAL, p, p)).read_json()
     except FileNotFoundError:
         return None

@@ -142,9 +142,10 @@ class Launcher:
             if exc is None:
                 continue
             n = self.restarts.get(name, 0)
-            if self.TRANSIENT.search(str(exc)) and n < self.MAX_RESTARTS and name in self._how:
+            transient = self.TRANSIENT.search(str(exc))
+            if transient and n < self.MAX_RESTARTS and name in self._how:
                 self.restarts[name] = n + 1
-                print(f"warning: node {name!r}: {self.TRANSIENT.search(str(exc)).group(0)} "
+                print(f"warning: node {name!r}: {transient.group(0)} "
                       "(Spark allows a Python process 10 s to start; this machine is "
                       f"overloaded): restarting the query from its checkpoint "
                       f"({n + 1} of {self.MAX_RESTARTS})", file=sys.stderr, flush=True)

@@ -236,14 +236,11 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
     builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
     settings = session_conf(shuffle_partitions=shuffle_partitions,
                             max_records_per_batch=max_records_per_batch, ui=ui, rocksdb=rocksdb)
-    if quiet:
-        settings["spark.driver.extraJavaOptions"] = \
-            f"-Dlog4j2.configurationFile=file:{log_config_file()}"
-    given = (conf or {}).get("spark.driver.extraJavaOptions")
     settings.update(conf or {})
-    if quiet and given and "log4j2.configurationFile" not in given:
+    given = settings.get("spark.driver.extraJavaOptions", "")
+    if quiet and "log4j2.configurationFile" not in given:
         settings["spark.driver.extraJavaOptions"] = \
-            f"-Dlog4j2.configurationFile=file:{log_config_file()} {given}"
+            f"-Dlog4j2.configurationFile=file:{log_config_file()} {given}".rstrip()
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

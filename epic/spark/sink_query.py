@@ -65,11 +65,7 @@ def read_sidecar(path: str, deploy: str | None = None) -> dict | None:
     """
     side = sidecar_location(path)
     try:
-        if side.is_local:
-            with open(side.path) as f:
-                rec = json.load(f)
-        else:
-            rec = side.read_json()  # a record being replaced is read again, not cut
+        rec = side.read_json()  # on an object store, a record being replaced is read again
         if not isinstance(rec, dict):
             raise ValueError("not a JSON object")
         for k in ("batch", "length", "eos"):
