@@ -17,6 +17,13 @@ that planning never blocks on it.
 Watermarks follow the runner exactly: after every batch the largest event time seen minus the
 source's lateness (forwarded only when it grows); an :class:`epic.sources.Watermark` item forwards
 its time; when the source is exhausted, ``max + 1`` and the end of the stream.
+
+A live source (unbounded, or a paced replay) is one step per micro-batch: everything it yielded
+since the last micro-batch is planned as one step, tagged with the step and watermark of its first
+item (:func:`coalesced`), as if the source had delivered it as one batch. Its items are as small
+as their arrival makes them (a paced replay cuts at 10 ms), and the consumer's cost per step, in
+every query downstream, would otherwise grow with the number of items a micro-batch holds and
+never catch up with a backlog. A bounded source keeps a step per item, as `epic run` has them.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import pyarrow as pa
 from epic.errors import EpicError
 from epic.operator import ENTRY_COLUMN
 from epic.replay import entry_times
-from epic.spark.tags import PHASE_ROWS, tag, topic_schema, with_tags
+from epic.spark.tags import PHASE_ROWS, STEP, WM, tag, topic_schema, with_tags
 from epic.timecore import closing_watermark, source_watermark
 
 __all__ = ["SourcePlanner", "key_partition"]
@@ -319,12 +326,31 @@ class SourcePlanner:
             self._seek(start)
             while self._next < b and self._pull(True):
                 pass
-        return [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
+        out = [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
+        return out if self.bounded else coalesced(out)
 
     def commit(self, end: dict) -> None:
         seq = int(end["seq"])
         for k in [k for k in self._planned if k < seq]:
             del self._planned[k]
+
+
+def coalesced(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """``batches`` (tagged, in step order) as one step: every row tagged with the ``_step`` and
+    ``_wm`` of the first batch (the batches stay apart; a consumer's runs of equal tags join them).
+    """
+    if len(batches) <= 1:
+        return batches
+    first = batches[0]
+    i_step, i_wm = first.schema.get_field_index(STEP), first.schema.get_field_index(WM)
+    step, wm = first.column(i_step)[0], first.column(i_wm)[0]
+    out = [first]
+    for b in batches[1:]:
+        n = b.num_rows
+        b = b.set_column(i_step, first.schema.field(i_step), pa.repeat(step, n))  # type: ignore[attr-defined]
+        b = b.set_column(i_wm, first.schema.field(i_wm), pa.repeat(wm, n))  # type: ignore[attr-defined]
+        out.append(b)
+    return out
 
 
 def key_partition(batch: pa.RecordBatch, key, parts: int) -> np.ndarray:

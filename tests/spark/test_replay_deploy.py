@@ -55,13 +55,14 @@ def test_planner_takes_what_has_arrived():
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     from epic.spark.source_query import SourcePlanner
+    from epic.spark.tags import NO_WM, PHASE_ROWS, STEP, WM, tag
 
     speed = 10.0   # 6 s of event time in 0.6 s
     topo, rows = _topology(speed, delays=True)
     node = topo.nodes["events"]
     reader = SourcePlanner(node, source_index=0, n_sources=1, prefetch=True)
     start = reader.initialOffset()
-    sizes, began = [], time.time_ns()
+    sizes, items, began = [], [], time.time_ns()
     while True:
         time.sleep(0.1)     # Spark's trigger interval
         end = reader.latestOffset(start, ReadMaxRows(1_000_000))
@@ -73,6 +74,14 @@ def test_planner_takes_what_has_arrived():
         if n:
             entry = np.concatenate([b.column("_entry").to_numpy() for b in batches])
             assert entry.max() <= planned_at, "a row was planned before its release time"
+            # a live source's micro-batch is one step: the tags of its first item, whose
+            # watermark is the one the micro-batch starts from
+            steps = np.concatenate([b.column(STEP).to_numpy() for b in batches])
+            wms = np.concatenate([b.column(WM).to_numpy() for b in batches])
+            assert len(set(steps.tolist())) == 1 and len(set(wms.tolist())) == 1
+            assert int(wms[0]) == start.get("watermark", NO_WM)
+            assert int(steps[0]) == tag(int(start["seq"]), PHASE_ROWS)
+            items.append(int(end["seq"]) - int(start["seq"]))
         sizes.append(n)
         reader.commit(end)
         start = end
@@ -81,3 +90,4 @@ def test_planner_takes_what_has_arrived():
     assert 0.55 <= took < 3.0
     assert len([s for s in sizes if s]) >= 4, f"micro-batch sizes {sizes}: not paced"
     assert max(sizes) < len(rows) / 2
+    assert max(items) > 1, f"items per micro-batch {items}: nothing was coalesced"
