@@ -24,6 +24,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from epic.spark.executor import freeze_gc_once
+
 __all__ = ["PlannerReader", "CommitWriter", "reader_source", "writer_source"]
 
 
@@ -61,6 +63,9 @@ class CommitWriter(DataSourceStreamArrowWriter):
     """Spark's Arrow stream writer over an epic committer (``collect``, ``commit``, ``abort``)."""
 
     def __init__(self, committer):
+        # Made in a reused Python worker for every micro-batch (the writer for the tasks, and
+        # the commit): keep the worker's gc.collect() after the call short.
+        freeze_gc_once()
         self.committer = committer
 
     def write(self, iterator):

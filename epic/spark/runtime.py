@@ -347,6 +347,34 @@ def _spark_scratch(driver: str, master: str | None, conf: dict | None) -> dict:
     return conf
 
 
+#: The JIT setting of a local deploy's JVM (:func:`_local_jit`).
+LOCAL_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def _local_jit(master: str | None, conf: dict) -> dict:
+    """``conf`` with the driver JVM compiling by C1 only (:data:`LOCAL_JIT`), for a local master.
+
+    In a deploy the JVM plans micro-batches and carries commit messages (tasks read and write
+    the data themselves), so the optimising C2 compiler buys nothing and its compiler threads
+    were the largest CPU consumer of the JVM on the DEBS replay at real time (31 of ~100 CPU-s).
+    Left as it is: a master other than ``local``, a session already running in this process, a
+    JIT option of the user's (``spark.driver.extraJavaOptions`` or ``JAVA_TOOL_OPTIONS``
+    mentioning ``Tiered``).
+    """
+    conf = dict(conf)
+    if master and not master.startswith("local"):
+        return conf
+    given = conf.get("spark.driver.extraJavaOptions", "")
+    if "Tiered" in given or "Tiered" in os.environ.get("JAVA_TOOL_OPTIONS", ""):
+        return conf
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        return conf
+    conf["spark.driver.extraJavaOptions"] = f"{LOCAL_JIT} {given}".strip()
+    return conf
+
+
 def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse, retention, progress,
                    console, spark, batch_rows, partitions, trigger_interval, poll_interval,
                    timeout, conf=None, archive=None) -> DeployResult:
@@ -375,7 +403,7 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
         with span("session", topology.name, "driver"):
             spark = build_session(master, ui=ui, conf=shipping(
                 topology, driver, master=master, archive=archive,
-                conf=_spark_scratch(driver, master, conf)))
+                conf=_local_jit(master, _spark_scratch(driver, master, conf))))
     elif conf:
         for k, v in conf.items():  # a shared session: only what can change at runtime
             if not spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:
