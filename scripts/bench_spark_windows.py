@@ -140,7 +140,8 @@ def main() -> int:
     ap.add_argument("--seconds", default="600,6000",
                     help="workload sizes, comma-separated, in seconds of data (16 keys x 200 Hz;"
                          " each >= 60)")
-    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--workdir", default=None,
+                    help="keep data and deploys here (default: a temp directory, removed at the end)")
     ap.add_argument("--fuse", choices=("both", "on", "off"), default="both",
                     help="epic deploy with --fuse (one query: source+window+sink), without, or "
                          "both (default)")
@@ -231,6 +232,9 @@ def main() -> int:
                                             for p in (*PHASES, "total")], left=("phase",)))
         print("micro-batches with tasks: " + ", ".join(f"{k} {c['batches']}"
                                                        for k, c in cols.items()))
+    spark.stop()
+    if not args.workdir:   # a temp directory of its own: ~300 MB per run (data, topics, outputs)
+        shutil.rmtree(base, ignore_errors=True)
     if failed:
         print("TARGET MISSED", file=sys.stderr)
     return 1 if failed else 0
