@@ -223,7 +223,8 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
         The ``pyspark.sql.SparkSession``, with the ``epic_topic`` data source registered.
 
     Raises:
-        EpicError: Java is missing or too old (checked before the JVM is started).
+        EpicError: Java is missing or too old (checked before the JVM is started); a session
+            on another master is already running in this process (``master`` given).
     """
     # Workers must run this interpreter (the venv with epic), not whatever `python3` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -233,6 +234,12 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
     active = SparkSession.getActiveSession()
     if active is None:
         check_java()
+    elif master and active.sparkContext.master != master:
+        # getOrCreate would hand back the running session: the work would silently run on
+        # the other master (e.g. local instead of the cluster that was asked for)
+        raise EpicError(f"a Spark session on master {active.sparkContext.master!r} is already "
+                        f"running in this process, so master {master!r} cannot take effect: "
+                        "stop it first (spark.stop()), or pass that session (deploy(spark=...))")
     builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
     settings = session_conf(shuffle_partitions=shuffle_partitions,
                             max_records_per_batch=max_records_per_batch, ui=ui, rocksdb=rocksdb)

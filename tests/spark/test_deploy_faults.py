@@ -216,3 +216,16 @@ def test_sigkill_inside_a_fused_csv_sink_commit(reference, spark, tmp_path):  # 
                     str(tmp_path / "wd"), spark=spark, fuse=True, batch_rows=500, timeout=120)
     assert result.status["state"] == "finished"
     assert _lines(out) == want
+
+
+def test_a_session_on_another_master_is_refused_not_reused(spark):
+    """getOrCreate would hand back the running session: a deploy asked to run on a cluster would
+    silently run locally."""
+    from epic.spark import build_session
+
+    master = spark.sparkContext.master
+    assert build_session(master) is spark          # the same master: the shared session
+    assert build_session() is spark                # no master asked for: the running one
+    with pytest.raises(EpicError, match=r"master 'local\[3\]' cannot take effect") as e:
+        build_session("local[3]")
+    assert repr(master) in str(e.value) and "spark.stop()" in str(e.value)
