@@ -29,22 +29,12 @@ reading every segment and keeping the rows whose key hashes to it
 (:func:`epic.spark.source_query.key_partition`); a global one one task; a stateless group up to
 ``partitions`` tasks over contiguous runs of segments. A splitstream writes one topic per output, so
 a consumer reads only its own rows.
-
-Pickled once: Spark pickles the planner and the committer again for every micro-batch (the
-committer in the driver-side Python worker that makes the writer, the planner into every task's
-command), and they carry the whole plan: the group's nodes, their writers, and the topology's own
-code, pickled by value. :class:`GroupPlanner` and :class:`Committer` keep the bytes they were
-pickled to or restored from and hand them out again (:func:`_pickled_once`), so each is pickled by
-cloudpickle once per process; a task's planner is restored once per worker process and shared by
-the tasks it runs (it holds only the immutable plan; the committer is restored afresh each time).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import pickle
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -162,40 +152,6 @@ class GroupPartition(InputPartition):
         self.items = items
         self.key_part = key_part
         self.end = end
-
-
-# -- pickled once --------------------------------------------------------------------------------
-
-_SHARED: dict[bytes, object] = {}   # digest of a blob -> the object restored from it (this process)
-_SHARED_MAX = 64
-_BLOB = "_epic_blob"
-
-
-def _pickled_once(obj, state) -> tuple:
-    """``obj.__reduce__()``: ``(type(obj), state)`` pickled by cloudpickle the first time only."""
-    blob = obj.__dict__.get(_BLOB)
-    if blob is None:
-        from pyspark import cloudpickle
-
-        blob = cloudpickle.dumps((type(obj), state), protocol=pickle.HIGHEST_PROTOCOL)
-        obj.__dict__[_BLOB] = blob
-    return _restore, (blob, getattr(obj, "_shared", False))
-
-
-def _restore(blob: bytes, shared: bool):
-    """The object :func:`_pickled_once` pickled; with ``shared``, one per process and blob."""
-    key = hashlib.blake2b(blob, digest_size=16).digest() if shared else None
-    if key is not None and key in _SHARED:
-        return _SHARED[key]
-    cls, state = pickle.loads(blob)  # noqa: S301 - Spark's own task payload, as cloudpickle's
-    obj = cls.__new__(cls)
-    obj.__setstate__(state)
-    obj.__dict__[_BLOB] = blob
-    if key is not None:
-        while len(_SHARED) >= _SHARED_MAX:
-            _SHARED.pop(next(iter(_SHARED)))
-        _SHARED[key] = obj
-    return obj
 
 
 # -- executor side -------------------------------------------------------------------------------
@@ -420,13 +376,8 @@ class GroupPlanner:
         self.batch_rows = batch_rows
         adopt(plan.trace)
 
-    _shared = True   # restored once per task process (the plan is never changed)
-
     def __getstate__(self):
         return {"plan": self.plan, "batch_rows": self.batch_rows}
-
-    def __reduce__(self):
-        return _pickled_once(self, self.__getstate__())
 
     def __setstate__(self, state):
         self.plan = state["plan"]
@@ -638,9 +589,6 @@ class Committer:
     def __setstate__(self, state):
         self.__dict__.update(state)
         adopt(self.trace)
-
-    def __reduce__(self):
-        return _pickled_once(self, {k: v for k, v in self.__dict__.items() if k != _BLOB})
 
     def collect(self, iterator) -> Pointers:
         got = []

@@ -311,6 +311,13 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         lock.release()
 
 
+def _jvm_running() -> bool:
+    """Whether this process already runs a SparkContext (its JVM's settings are fixed)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
 #: Spark's scratch space (``spark.local.dir``) for a session a deploy starts, in its driver-local
 #: directory: see :func:`_spark_scratch`.
 SCRATCH = "spark-local"
@@ -332,11 +339,7 @@ def _spark_scratch(driver: str, master: str | None, conf: dict | None) -> dict:
     conf = dict(conf or {})
     if "spark.local.dir" in conf or os.environ.get("SPARK_LOCAL_DIRS"):
         return conf
-    if master and not master.startswith(("local", "spark://")):
-        return conf
-    from pyspark import SparkContext
-
-    if SparkContext._active_spark_context is not None:
+    if master and not master.startswith(("local", "spark://")) or _jvm_running():
         return conf
     d = os.path.join(driver, SCRATCH)
     import shutil
@@ -365,11 +368,7 @@ def _local_jit(master: str | None, conf: dict) -> dict:
     if master and not master.startswith("local"):
         return conf
     given = conf.get("spark.driver.extraJavaOptions", "")
-    if "Tiered" in given or "Tiered" in os.environ.get("JAVA_TOOL_OPTIONS", ""):
-        return conf
-    from pyspark import SparkContext
-
-    if SparkContext._active_spark_context is not None:
+    if "Tiered" in given or "Tiered" in os.environ.get("JAVA_TOOL_OPTIONS", "") or _jvm_running():
         return conf
     conf["spark.driver.extraJavaOptions"] = f"{LOCAL_JIT} {given}".strip()
     return conf

@@ -342,15 +342,8 @@ def coalesced(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     if len(batches) <= 1:
         return batches
     first = batches[0]
-    i_step, i_wm = first.schema.get_field_index(STEP), first.schema.get_field_index(WM)
-    step, wm = first.column(i_step)[0], first.column(i_wm)[0]
-    out = [first]
-    for b in batches[1:]:
-        n = b.num_rows
-        b = b.set_column(i_step, first.schema.field(i_step), pa.repeat(step, n))  # type: ignore[attr-defined]
-        b = b.set_column(i_wm, first.schema.field(i_wm), pa.repeat(wm, n))  # type: ignore[attr-defined]
-        out.append(b)
-    return out
+    step, wm = first.column(STEP)[0].as_py(), first.column(WM)[0].as_py()
+    return [first] + [with_tags(b, first.schema, step, wm) for b in batches[1:]]
 
 
 def key_partition(batch: pa.RecordBatch, key, parts: int) -> np.ndarray:

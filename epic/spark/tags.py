@@ -9,8 +9,8 @@ source batches. So every row in a deploy topic carries:
 ``_step`` (int64)
     ``4 * step + phase``. ``step`` numbers source batches in the runner's order (source ``k`` of
     ``K``, its ``j``-th item: ``j * K + k``; a live source's micro-batch is one step, numbered by
-    its first item: :func:`epic.spark.source_query.coalesced`); ``phase`` orders what a node emits for one step:
-    0 = output of a watermark applied before the step's rows, 1 = output of the rows,
+    its first item: :func:`epic.spark.source_query.coalesced`); ``phase`` orders what a node
+    emits for one step: 0 = output of a watermark applied before the step's rows, 1 = output of the rows,
     2 = output of the watermark at the end of a micro-batch, 3 = output of the end of the input.
 ``_wm`` (int64)
     The watermark the producer had forwarded when it emitted the row (``INT64_MIN``: none yet).
