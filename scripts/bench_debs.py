@@ -18,24 +18,39 @@ runner), with delay logging on (``--delays``), and measures:
   over all rows up to ``--delay-max-values`` rows per stream, above that over every k-th row (the
   table says which).
 
-The floor (a peer in the same run): a plain pyarrow streaming parse of the same file
-(``pyarrow.csv.open_csv``, 13 int64 columns, no header): wall s and rows/s.
+The parse floor: a plain pyarrow streaming parse of the same file (``pyarrow.csv.open_csv``, 13
+int64 columns, no header): wall s and rows/s.
 
-Targets: the ``all`` case finishes within ``--target-seconds`` (default 600 s = 10 min); every run
-succeeds. With ``--replay-speed S`` the game is replayed paced by event time (the topology's
+Cases are ``q1`` ... ``q4`` and ``all``, each with optional modifiers after ``@`` joined by ``+``
+(:func:`benchkit.debs_report.case_mods`): ``run`` / ``deploy`` (the runtime), ``csv`` /
+``parquet`` (the topology's ``--format``), ``nodelays`` (no ``--delays``: the table then has row
+counts, no delays). The default is the complete run of issue 16: ``all@run`` (the in-process peer),
+``all``, ``all@parquet``, ``all@nodelays`` and the four queries alone, all on the full game.
+
+Targets (exit 1 on a miss): every run succeeds; an all-queries case on ``epic deploy`` finishes
+within ``--target-seconds`` (default 150 s, CSV) or ``--parquet-target-seconds`` (default 100 s),
+no slower than the same case on ``epic run`` when that ran too (``all`` against ``all@run``), and
+with a peak PSS of at most ``--mem-target-gb`` (default 4). With ``--replay-speed S`` the game is
+replayed paced by event time (the topology's
 ``--replay-speed``, epic/replay.py: S times real time), so the delays are those of a live feed
 (a row's ``entry_time`` is its scheduled arrival); then the streams of ``--delay-queries``
 (default q2, q4) must have p99 delay <= ``--delay-target-ms`` (default 500 ms), and a stream
 without rows counts as a miss (nothing was measured). ``--slice-minutes M`` runs on the first
 ``M`` minutes of half ``--slice-half`` of the input (written next to it once), so a paced run
-takes ``M / S`` minutes rather than the whole game's. A run killed at ``--timeout`` (or because free disk fell below ``--min-free-gb``) counts
-as a miss. Exit 1 when a target is missed, 2 on a usage / environment error (missing input and no
-way to generate it, too little disk).
+takes ``M / S`` minutes rather than the whole game's. A run killed at ``--timeout`` (or because
+free disk fell below ``--min-free-gb``) counts as a miss. Exit 2 on a usage / environment error
+(missing input and no way to generate it, too little disk).
 
-Also recorded per case (in results.json, not in the tables): CPU seconds of the process tree (each
-process as last sampled) and busy CPU seconds of the whole machine during the run.
+Floors (peers in the same run, not targets): a plain pyarrow streaming parse of the input, and
+after the first successful all-queries case of each output format and delay logging a plain
+sequential writer of the same number of output bytes (8 MiB writes, one fsync; ``floor_write``).
+``--no-floor`` skips both.
 
-    .venv/bin/python scripts/bench_debs.py                  # full game, all cases, fused deploy
+Also recorded per case: CPU seconds of the process tree by process kind (each process as last
+sampled: the epic driver, the JVM, Spark's Python workers by module; in the docs section) and busy
+CPU seconds of the whole machine during the run (results.json only).
+
+    .venv/bin/python scripts/bench_debs.py                  # full game, the complete run
     .venv/bin/python scripts/bench_debs.py --minutes 0.5 --cases all   # quick check
     .venv/bin/python scripts/bench_debs.py --input data/slice6m.csv --runtime run --cases q1,all
     .venv/bin/python scripts/bench_debs.py --from-json out/bench_debs/results.json  # re-print
@@ -182,6 +197,29 @@ def floor_parse(path: Path) -> dict:
     return {"rows": rows, "wall_s": wall, "rows_per_s": rows / wall if wall else None}
 
 
+def floor_write(directory: Path, nbytes: int, chunk: int = 8 << 20) -> dict:
+    """A plain sequential writer of ``nbytes`` bytes (``chunk``-sized writes of incompressible
+    bytes, one fsync at the end) into a temp file of ``directory``, deleted after: bytes and wall
+    s (the write floor of a case's outputs, measured in the same run)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "_write_floor.bin"
+    buf = os.urandom(chunk)
+    t0 = time.perf_counter()
+    left = int(nbytes)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            while left > 0:
+                left -= os.write(fd, buf if left >= chunk else buf[:left])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        wall = time.perf_counter() - t0
+    finally:
+        path.unlink(missing_ok=True)
+    return {"bytes": int(nbytes), "wall_s": wall, "load": os.getloadavg()[0]}
+
+
 def scan_game_seconds(path: Path) -> np.ndarray:
     """Second pass (not timed as the floor): the game seconds with data, as the sorted event
     times (ps) of their starts (their count is the game's length in seconds)."""
@@ -279,6 +317,31 @@ def read_delays(path: Path, query: str, max_values: int) -> report.StreamDelay:
     return sd
 
 
+def count_rows(path: Path, query: str) -> report.StreamDelay:
+    """Rows of an output file without delay columns (a run without delay logging): Parquet from
+    its footer, CSV as lines after the header."""
+    sd = report.StreamDelay(stream=path.name, query=query, sampled="-")
+    if not path.is_file():
+        sd.error = "missing"
+        return sd
+    sd.bytes = path.stat().st_size
+    t0 = time.perf_counter()
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        sd.rows = pq.ParquetFile(path).metadata.num_rows
+    else:
+        lines, last = 0, b"\n"
+        with open(path, "rb") as f:
+            for buf in iter(lambda: f.read(1 << 24), b""):
+                lines += buf.count(b"\n")
+                last = buf[-1:]
+        lines += last != b"\n"          # a last line without its newline
+        sd.rows = max(0, lines - 1)
+    sd.read_s = time.perf_counter() - t0
+    return sd
+
+
 def _status_doc(workdir: Path) -> dict:
     try:
         return json.loads((workdir / "status.json").read_text())
@@ -332,16 +395,25 @@ def epic_command() -> str:
     return epic if os.path.exists(epic) else shutil.which("epic") or "epic"
 
 
+def case_settings(args, case: str) -> tuple[str, str, bool]:
+    """``(runtime, format, delays)`` of a case: its ``@`` modifiers
+    (:func:`benchkit.debs_report.case_mods`), else the command line's."""
+    mods = report.case_mods(case)
+    return (mods.get("runtime") or args.runtime, mods.get("format") or getattr(args, "format", "csv"),
+            mods.get("delays", True))
+
+
 def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[str]:
     epic = epic_command()
     topo = str(ROOT / "topologies" / "debs2013.py")
+    runtime, fmt, delays = case_settings(args, case)
     params = ["--", "--input", str(args.input), "--out", str(out),
-              "--queries", ",".join(case_queries(case)), "--delays"]
+              "--queries", ",".join(case_queries(case))] + (["--delays"] if delays else [])
     if getattr(args, "replay_speed", None):
         params += ["--replay-speed", f"{args.replay_speed:g}"]
-    if getattr(args, "format", "csv") != "csv":
-        params += ["--format", args.format]
-    if args.runtime == "deploy":
+    if fmt != "csv":
+        params += ["--format", fmt]
+    if runtime == "deploy":
         cmd = [epic, "deploy", topo, "--workdir", str(work), "--no-progress"]
         if args.fuse:
             cmd.append("--fuse")
@@ -353,8 +425,8 @@ def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[s
 
 
 def run_case(args, case: str, console) -> report.CaseResult:
-    runtime = split_case(case)[1] or args.runtime
-    args = argparse.Namespace(**{**vars(args), "runtime": runtime})
+    runtime, fmt, delays = case_settings(args, case)
+    args = argparse.Namespace(**{**vars(args), "runtime": runtime, "format": fmt})
     out = args.out_root / case
     work = args.work_root / case
     stats = args.out_root / f"{case}.stats.json"
@@ -363,7 +435,8 @@ def run_case(args, case: str, console) -> report.CaseResult:
                                                                 "deploy"),
                      command=shlex.join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c
                                         for c in cmd),
-                     started=_dt.datetime.now(_dt.timezone.utc).strftime("%H:%M:%S"))
+                     started=_dt.datetime.now(_dt.timezone.utc).strftime("%H:%M:%S"),
+                     format=fmt, delays=delays)
     for p in (out, work):
         shutil.rmtree(p, ignore_errors=True)
     stats.unlink(missing_ok=True)
@@ -415,6 +488,7 @@ def run_case(args, case: str, console) -> report.CaseResult:
     res.peak_rss = sampler.peak_pss or None
     res.load = sampler.mean_load
     res.cpu_s, res.machine_cpu_s = sampler.tree_cpu_s, sampler.machine_cpu_s
+    res.cpu_kinds = {k: round(v, 1) for k, v in sampler.cpu_by_kind.items()}
     if killed == "timeout":
         res.status = f"timeout ({args.timeout:.0f} s)"
     elif killed == "disk":
@@ -451,11 +525,18 @@ def run_case(args, case: str, console) -> report.CaseResult:
     streams = []
     for fname in case_files(case):
         path = out / (fname if args.format == "csv" else Path(fname).stem + f".{args.format}")
-        sd = read_delays(path, OUTPUT_FILES[fname][0], args.delay_max_values)
+        sd = (read_delays(path, OUTPUT_FILES[fname][0], args.delay_max_values) if delays
+              else count_rows(path, OUTPUT_FILES[fname][0]))
         streams.append(asdict(sd))
     res.streams = streams
     res.rows_out = sum(s["rows"] or 0 for s in streams)
     res.out_bytes = sum(s["bytes"] or 0 for s in streams)
+    done = getattr(args, "floors_done", set())   # one write floor per (format, delay logging)
+    if (args.floor and res.status == "ok" and res.out_bytes and split_case(case)[0] == "all"
+            and (fmt, delays) not in done):
+        done.add((fmt, delays))
+        console.print(f"  {case}: write floor of its {res.out_bytes / 1e9:.1f} GB ...")
+        res.write_floor = floor_write(args.out_root, res.out_bytes)
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
@@ -478,13 +559,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="epic deploy --fuse (default on)")
     ap.add_argument("--trigger", type=float, default=None,
                     help="epic deploy --trigger: seconds between micro-batch triggers")
-    ap.add_argument("--cases", default="q1,q2,q3,q4,all",
-                    help="comma list, run in this order; NAME:SECONDS sets that case's timeout")
+    ap.add_argument("--cases", default="all@run,all,all@parquet,all@nodelays,q1,q2,q3,q4",
+                    help="comma list, run in this order: q1..q4, all, each with @ modifiers "
+                         "(run, deploy, parquet, csv, nodelays, joined by +); NAME:SECONDS sets "
+                         "that case's timeout")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run (then killed)")
     ap.add_argument("--budget", type=float, default=None,
                     help="total seconds for all runs: a run's timeout is cut to what is left, and "
                          "cases not started when it is used up are reported as not run")
-    ap.add_argument("--target-seconds", type=float, default=600.0, help="target of the all case")
+    ap.add_argument("--target-seconds", type=float, default=150.0,
+                    help="wall-time target of an all-queries deploy case writing CSV")
+    ap.add_argument("--parquet-target-seconds", type=float, default=100.0,
+                    help="wall-time target of an all-queries deploy case writing Parquet")
+    ap.add_argument("--mem-target-gb", type=float, default=4.0,
+                    help="peak PSS target (GiB) of an all-queries deploy case")
     ap.add_argument("--write-docs", action="store_true",
                     help="then update docs/performance.md's section and docs/img/debs_*.png "
                          "(the step scripts/bench_docs.py runs)")
@@ -580,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
                        f"{platform.python_version()}, pyarrow {pa.__version__}",
             "load_start": load_start, "input": os.path.relpath(args.input, ROOT),
             "input_bytes": args.input.stat().st_size, "target_seconds": args.target_seconds,
+            "parquet_target_seconds": args.parquet_target_seconds,
+            "mem_target_gb": args.mem_target_gb,
             "runtime_label": args.runtime + (" --fuse" if args.fuse and args.runtime == "deploy"
                                              else "")
                              + (f", replay {args.replay_speed:g}x" if args.replay_speed else "")
@@ -609,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         json_path = args.out_root / "results.json"
         t_start = time.perf_counter()
         full_timeout = args.timeout
+        args.floors_done = set()
         per_case = case_timeouts(args.cases)
         for case in cases:
             args.timeout = per_case.get(case, full_timeout)
@@ -640,13 +731,14 @@ def main(argv: list[str] | None = None) -> int:
                                ROOT / "docs" / "img", extras):
             console.print(f"wrote {os.path.relpath(p, ROOT)}")
 
-    misses = [(r["case"], report.case_missed(report.CaseResult(**r), results["target_seconds"]))
-              for r in results["cases"]]
+    misses = [(r["case"], report.missed(results, r)) for r in results["cases"]]
     misses = [(c, m) for c, m in misses if m is not None]
     misses += [(c, "not run (budget used up)") for c in results.get("not_run", [])]
     misses += report.delay_misses(results)
-    if not any(r["case"] == "all" for r in results["cases"]):
-        console.print("[yellow]the all-queries case was not run: its target is not checked[/]")
+    if not any(split_case(r["case"])[0] == "all" and r["runtime"] == "deploy"
+               for r in results["cases"]):
+        console.print("[yellow]no all-queries deploy case was run: its targets are not "
+                      "checked[/]")
     for line in report.delay_verdicts(results):
         console.print(line)
     if misses:

@@ -102,7 +102,7 @@ def test_docs_section_replaces_only_its_own_part(tmp_path):
     results["cases"][0]["wall_s"] = 500.0
     report.write_docs(results, "note", doc)
     text2 = doc.read_text()
-    assert text2.count(report.DOC_BEGIN) == 1 and "target met" in text2 and "note" in text2
+    assert text2.count(report.DOC_BEGIN) == 1 and "targets met" in text2 and "note" in text2
     assert text2.startswith("# Performance\n\nother text\n")
 
 
@@ -186,3 +186,69 @@ def test_command_passes_replay_speed_and_format(tmp_path):
     cmd = bd.build_command(args, "all", tmp_path / "o", tmp_path / "w", tmp_path / "s.json")
     assert cmd[cmd.index("--replay-speed") + 1] == "1"
     assert cmd[cmd.index("--format") + 1] == "parquet"
+
+
+def test_case_modifiers_set_runtime_format_and_delay_logging(tmp_path):
+    import argparse
+
+    assert report.case_mods("all@run+parquet") == {"runtime": "run", "format": "parquet"}
+    assert report.case_mods("q3@nodelays") == {"delays": False}
+    assert report.split_case("all@parquet+run") == ("all", "run")
+    for bad in ("all@fast", "all@run+deploy", "all@"):
+        with pytest.raises(ValueError):
+            bd.parse_cases(bad)
+    args = argparse.Namespace(input=Path("g.csv"), runtime="deploy", fuse=True, format="csv")
+    cmd = bd.build_command(args, "all@parquet+nodelays", tmp_path / "o", tmp_path / "w",
+                           tmp_path / "s.json")
+    assert cmd[1] == "deploy" and "--delays" not in cmd
+    assert cmd[cmd.index("--format") + 1] == "parquet"
+    cmd = bd.build_command(args, "all@run", tmp_path / "o", tmp_path / "w", tmp_path / "s.json")
+    assert cmd[1] == "run" and "--delays" in cmd and "--format" not in cmd
+
+
+def _case(case, runtime, wall, fmt="csv", delays=True, pss=None, status="ok"):
+    return {"case": case, "runtime": runtime, "fuse": runtime == "deploy", "command": "c",
+            "status": status, "wall_s": wall, "format": fmt, "delays": delays, "peak_rss": pss}
+
+
+def test_deploy_targets_time_format_peer_and_memory():
+    res = {"target_seconds": 150.0, "parquet_target_seconds": 100.0, "mem_target_gb": 4.0,
+           "cases": [_case("all@run", "run", 140.0), _case("all", "deploy", 145.0),
+                     _case("all@parquet", "deploy", 120.0, fmt="parquet"),
+                     _case("all@nodelays", "deploy", 90.0, delays=False, pss=5 * 2**30),
+                     _case("q1", "deploy", 400.0), _case("q2", "deploy", 1.0, status="failed")]}
+    why = {r["case"]: report.missed(res, r) for r in res["cases"]}
+    assert why["all@run"] is None and why["q1"] is None    # peers and single queries: no time
+    assert "slower than epic run" in why["all"] and "145 s > 140 s" in why["all"]
+    assert "120 s > 100 s target" in why["all@parquet"]    # the Parquet target, no CSV peer
+    assert "peak PSS 5.0 GiB > 4 GiB" in why["all@nodelays"]
+    assert why["q2"] == "failed"
+    res["cases"][1]["wall_s"] = 139.0
+    assert report.missed(res, res["cases"][1]) is None
+
+
+def test_write_floor_and_row_counts(tmp_path):
+    fl = bd.floor_write(tmp_path, 3 * (1 << 20) + 5, chunk=1 << 20)
+    assert fl["bytes"] == 3 * (1 << 20) + 5 and fl["wall_s"] > 0
+    assert list(tmp_path.iterdir()) == []                  # the floor's file is gone
+    (tmp_path / "a.csv").write_text("h1,h2\n1,2\n3,4")     # no newline at the end
+    assert bd.count_rows(tmp_path / "a.csv", "q1").rows == 2
+    (tmp_path / "b.csv").write_text("h1,h2\n")
+    assert bd.count_rows(tmp_path / "b.csv", "q1").rows == 0
+
+
+def test_cpu_by_process_kind():
+    from benchkit.proc import process_kind
+
+    assert process_kind(["/usr/bin/python", "x"], is_root=True) == "epic driver"
+    assert process_kind(["/usr/lib/jvm/bin/java", "-cp", "x"]) == "JVM"
+    assert process_kind(["python3", "-m", "pyspark.daemon", "pyspark.worker"]) == \
+        "pyspark worker: worker"
+    assert process_kind(["python3", "-m", "pyspark.daemon",
+                         "pyspark.sql.worker.python_streaming_sink_runner"]) == \
+        "pyspark worker: python_streaming_sink_runner"
+    assert process_kind(["python3", "-m", "pyspark.sql.streaming.source_runner"]) == \
+        "python -m source_runner"
+    res = {"cases": [{"case": "all", "wall_s": 10.0, "cpu_kinds": {"JVM": 12.0, "x": 0.1}}]}
+    line = report.cpu_lines(res)[0]
+    assert "12 CPU-s" in line and "JVM 12 s" in line and "x 0" not in line

@@ -24,8 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["Sampler", "free_gb", "kill_tree", "machine_cpu_seconds", "parent_map", "pss_bytes",
-           "tree_cpu_seconds", "tree_pids", "tree_pss", "uptime"]
+__all__ = ["Sampler", "free_gb", "kill_tree", "machine_cpu_seconds", "parent_map", "process_kind",
+           "pss_bytes", "tree_cpu_seconds", "tree_pids", "tree_pss", "uptime"]
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -106,6 +106,38 @@ def cpu_by_pid(root: int) -> dict[int, float]:
     return {p: (int(stats[p][11]) + int(stats[p][12])) / TICKS for p in pids if p in stats}
 
 
+def process_kind(argv: list[str], is_root: bool = False) -> str:
+    """What a process of a run's tree is, from its command line: ``epic driver`` (the root),
+    ``JVM``, ``pyspark worker: <module>`` (a Python worker forked by ``pyspark.daemon``; the module
+    says what for: ``worker`` runs tasks, ``write_into_data_source`` the sink's writer factory,
+    ``python_streaming_sink_runner`` the sink's commit, ...), ``python -m <module>`` (e.g. the
+    streaming source planner), else the program's name."""
+    if is_root:
+        return "epic driver"
+    if not argv:
+        return "?"
+    prog = os.path.basename(argv[0])
+    if prog == "java":
+        return "JVM"
+    if "-m" in argv[:-1]:
+        mod = argv[argv.index("-m") + 1]
+        if mod == "pyspark.daemon":
+            rest = argv[argv.index("-m") + 2:]
+            return "pyspark worker: " + (rest[0] if rest else "pyspark.worker").split(".")[-1]
+        return "python -m " + mod.split(".")[-1]
+    if prog.startswith("python") and len(argv) > 1:
+        return "python " + os.path.basename(argv[1])
+    return prog
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
 def tree_cpu_seconds(root: int | None = None) -> float:
     """User + system CPU seconds of ``root`` (default: this process) and its live descendants."""
     return sum(cpu_by_pid(os.getpid() if root is None else root).values())
@@ -166,7 +198,8 @@ class Sampler:
     Every ``every`` seconds: the tree's PSS (:attr:`last_pss`, :attr:`peak_pss`; short spikes
     between samples are missed, and a PSS read costs CPU: ~0.1 s per GB-sized process) and each
     live process's CPU seconds (kept per pid, so :attr:`tree_cpu_s` still counts a process that
-    has exited since, up to its last sample). The 1-min load average is sampled every
+    has exited since, up to its last sample), also summed by :func:`process_kind`
+    (:attr:`cpu_by_kind`). The 1-min load average is sampled every
     ``load_every`` seconds (:attr:`mean_load`). :attr:`machine_cpu_s` is the machine's busy CPU
     seconds between :meth:`start` and :meth:`stop` (other jobs included).
 
@@ -180,6 +213,7 @@ class Sampler:
         self.loads: list[float] = []
         self.machine_cpu_s: float | None = None
         self._cpu: dict[int, float] = {}
+        self._kind: dict[int, str] = {}
         self._cpu0 = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="benchkit-sampler", daemon=True)
@@ -190,6 +224,15 @@ class Sampler:
         return sum(self._cpu.values())
 
     @property
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds of the tree's processes by :func:`process_kind`, largest first."""
+        out: dict[str, float] = {}
+        for p, c in self._cpu.items():
+            k = self._kind.get(p, "?")
+            out[k] = out.get(k, 0.0) + c
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    @property
     def mean_load(self) -> float | None:
         return sum(self.loads) / len(self.loads) if self.loads else None
 
@@ -198,6 +241,9 @@ class Sampler:
         cpu = cpu_by_pid(self.root)
         for p, s in cpu.items():
             self._cpu[p] = max(s, self._cpu.get(p, 0.0))
+            if p not in self._kind or self._kind[p] in ("?", "epic", "python", "bash"):
+                # read again while it may still exec (a launcher script becoming the JVM)
+                self._kind[p] = process_kind(_argv(p), p == self.root)
         self.last_pss = sum(pss_bytes(p) for p in cpu)
         self.peak_pss = max(self.peak_pss, self.last_pss)
 
