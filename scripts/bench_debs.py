@@ -531,15 +531,23 @@ def run_case(args, case: str, console) -> report.CaseResult:
     res.streams = streams
     res.rows_out = sum(s["rows"] or 0 for s in streams)
     res.out_bytes = sum(s["bytes"] or 0 for s in streams)
-    done = getattr(args, "floors_done", set())   # one write floor per (format, delay logging)
-    if (args.floor and res.status == "ok" and res.out_bytes and split_case(case)[0] == "all"
-            and (fmt, delays) not in done):
-        done.add((fmt, delays))
-        console.print(f"  {case}: write floor of its {res.out_bytes / 1e9:.1f} GB ...")
-        res.write_floor = floor_write(args.out_root, res.out_bytes)
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
+    done = getattr(args, "floors_done", set())   # one write floor per (format, delay logging)
+    if (args.floor and res.status == "ok" and res.out_bytes and split_case(case)[0] == "all"
+            and (fmt, delays) not in done):
+        free = proc_tree.free_gb(args.out_root)
+        if free - res.out_bytes / 1e9 < args.min_free_gb:
+            console.print(f"  {case}: no write floor: {free:.1f} GB free for "
+                          f"{res.out_bytes / 1e9:.1f} GB (outputs kept?)")
+        else:
+            done.add((fmt, delays))
+            console.print(f"  {case}: write floor of its {res.out_bytes / 1e9:.1f} GB ...")
+            try:
+                res.write_floor = floor_write(args.out_root, res.out_bytes)
+            except OSError as e:
+                console.print(f"  {case}: write floor failed: {e}")
     return res
 
 

@@ -105,7 +105,7 @@ def test_results_to_markdown():
     assert rows[1].startswith("| all | deploy --fuse | 1,000 | 500.0 | 2 | 0.12 |")
     assert rows[2].startswith("| floor: pyarrow parse |")
     assert "| q4.csv | q4 | 5 | 1.0 | 2.0 | 3.0 | all |" in rows
-    assert "target met** (500 s <= 600 s)" in text and "a note" in text
+    assert "targets met** (500 s <= 600 s)" in text and "a note" in text
     missed = debs_report.docs_section(tiny_results(wall_s=700.0), "")
     assert "MISSED**: 700 s > 600 s target" in missed
 

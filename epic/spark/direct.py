@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import msgpack
@@ -84,6 +84,9 @@ class Branch:
         post: stateless specs after it.
         outputs: the chain's outputs (several for a splitstream at its end).
         split: the last node is a splitstream writing one topic per port.
+        more: further global stateful nodes after ``post``, as ``(spec, post specs)``: each
+            reads the output of the chain before it in the same task, and its markers from that
+            chain's last stateful node's snapshot of the batch (``TaskSpec.upstream``).
     """
 
     pre: list
@@ -91,6 +94,7 @@ class Branch:
     post: list
     outputs: list
     split: bool = False
+    more: list = field(default_factory=list)
 
 
 @dataclass
@@ -333,6 +337,11 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
                                high=high if plan.key is not None and time else None)
             for spec in br.post:
                 it = run_stateless(spec, it, stream=stream)
+            for st, post in br.more:
+                # The chain's output so far, in emission order, as a topic would hold it.
+                it = run_stateful(st, _positioned(it, None, 1, None), stream=stream)
+                for spec in post:
+                    it = run_stateless(spec, it, stream=stream)
         if br.split:
             by_port: dict[int, list] = {}
             for pb in it:

@@ -73,10 +73,13 @@ def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
     """The nodes each query runs, in topological order of their first node (``--fuse``).
 
     A node joins the group of the node producing its single input when that producer has no
-    other consumer, neither is a merge, the producer is no splitstream, the group does not end in
-    a sink yet, and the group then holds at most one stateful node (window, process, combine). A
-    source may head a group; a sink or a splitstream ends one. Without ``fuse`` every node is its
-    own group.
+    other consumer, neither is a merge, the producer is no splitstream with more than one output
+    (one with a single output routes, filters and transforms like a stateless node), the group
+    does not end in a sink yet, and the group's stateful nodes (window, process, combine) then
+    run in one way: at most one keyed node and nothing else stateful, or any number of global
+    ones (each runs in the query's single task, after the one before it). A source may head a
+    group; a sink or a splitstream with several outputs ends one. Without ``fuse`` every node is
+    its own group.
     """
     order = topology.topological_order()
     if not fuse:
@@ -94,10 +97,12 @@ def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
         if len(ins) == 1 and not isinstance(n, MergeNode):
             p = topology.node(ins[0].node)
             pg = group_of.get(p.name)
-            if (pg is not None and pg[-1] is p and not isinstance(p, (SplitNode, SinkNode))
+            if (pg is not None and pg[-1] is p and not isinstance(p, SinkNode)
+                    and not (isinstance(p, SplitNode) and len(p.outputs) > 1)
                     and len(consumers.get(p.name, [])) == 1):
-                stateful = sum(1 for m in pg if modes.get(m.name, "stateless") != "stateless")
-                if modes.get(n.name, "stateless") == "stateless" or stateful == 0:
+                held = {modes.get(m.name, "stateless") for m in pg} - {"stateless"}
+                mode = modes.get(n.name, "stateless")
+                if mode == "stateless" or not held or (mode == "global" and held == {"global"}):
                     g = pg
         if g is None:
             g = []
@@ -226,14 +231,18 @@ class DeployPlan:
         return re.sub(r"[^A-Za-z0-9_.-]", "_", unit_name(unit))
 
     def split_group(self, group: list):
-        """``(sink or None, members, pre, stateful or None, post)`` of a fused group: its nodes
-        other than source and sink, split around the first stateful one."""
+        """``(sink or None, members, pre, stateful or None, post, more)`` of a fused group: its
+        nodes other than source and sink, split around the first stateful one; ``more``: the
+        further (global) stateful nodes, each with the stateless nodes after it."""
         sink = group[-1] if isinstance(group[-1], SinkNode) else None
         members = [n for n in group if not isinstance(n, (SourceNode, SinkNode))]
-        k = next((i for i, n in enumerate(members) if self.modes[n.name] != "stateless"), None)
-        if k is None:
-            return sink, members, members, None, []
-        return sink, members, members[:k], members[k], members[k + 1:]
+        idx = [i for i, n in enumerate(members) if self.modes[n.name] != "stateless"]
+        if not idx:
+            return sink, members, members, None, [], []
+        ends = idx[1:] + [len(members)]
+        k = idx[0]
+        more = [(members[a], members[a + 1:b]) for a, b in zip(idx[1:], ends[1:])]
+        return sink, members, members[:k], members[k], members[k + 1:ends[0]], more
 
     # -- topics ----------------------------------------------------------------------------
     def create_topics(self) -> None:
@@ -337,19 +346,23 @@ class DeployPlan:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         head = group[0]
-        sink, members, pre, st, post = self.split_group(group)
-        state = None if st is None else self.state_dir(st)
+        sink, members, pre, st, post, more = self.split_group(group)
+        # The group's output markers are what its last stateful node forwarded.
+        last_st = more[-1][0] if more else st
+        state = None if last_st is None else self.state_dir(last_st)
         producer = group_name(group).replace("+", "__")
+        last = members[-1] if members else head
 
-        def spec(n):
+        def spec(n, upstream=None):
             split = isinstance(n, SplitNode)
-            return TaskSpec(node=n, mode=self.modes[n.name],
+            return TaskSpec(inner=split and n is not last,node=n, mode=self.modes[n.name],
                             in_schemas=[x.schema for x in n.inputs],
                             out_schema=topic_schema((n.outputs[0] if split else n.output).schema),
                             input_topics=ids, checkpoint=ckpt, state_dir=self.state_dir(n),
                             workdir=self.workdir,
                             port_schemas=([topic_schema(x.schema) for x in n.outputs]
-                                          if split else None))
+                                          if split else None),
+                            upstream=None if upstream is None else self.state_dir(upstream))
 
         def topic_writer(path: str) -> TopicStreamWriter:
             opts = {"producer": producer, "checkpoint": ckpt}
@@ -359,7 +372,6 @@ class DeployPlan:
             return TopicStreamWriter(path, from_arrow_schema(
                 pa.schema([f.with_nullable(True) for f in schema])), opts)
 
-        last = members[-1] if members else head
         if sink is not None and isinstance(sink.sink, (CsvSink, ParquetSink)):
             outputs = [Output("file", file_writer(sink, checkpoint=ckpt, workdir=self.workdir),
                               sink=sink)]
@@ -370,6 +382,10 @@ class DeployPlan:
                        for x in last.outputs]
         else:
             outputs = [Output("topic", topic_writer(self.stream_topic(last.output)))]
+        stages, up = [], st
+        for n, after in more:
+            stages.append((spec(n, upstream=up), [spec(m) for m in after]))
+            up = n
         return Branch(pre=[spec(n) for n in pre], st=None if st is None else spec(st),
                       post=[spec(n) for n in post], outputs=outputs,
-                      split=sink is None and isinstance(last, SplitNode))
+                      split=sink is None and isinstance(last, SplitNode), more=stages)

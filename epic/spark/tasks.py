@@ -60,6 +60,11 @@ class TaskSpec:
         state_dir: ``<workdir>/state/<node>``.
         workdir: the deploy's work directory (crash points of the tests).
         port_schemas: a splitstream's output topic schema per port.
+        inner: a splitstream with one output inside a fused group: its rows flow on to the next
+            node in the task (plain batches, not per-port ones).
+        upstream: for a stateful node fused after another one (``direct.Branch.more``): that
+            node's ``state_dir``. The node's input is that node's output in the same task, and its
+            markers come from that node's snapshot of the batch instead of the offset log.
     """
 
     node: object
@@ -71,6 +76,8 @@ class TaskSpec:
     state_dir: str
     workdir: str = ""
     port_schemas: list | None = None
+    upstream: str | None = None
+    inner: bool = False
 
 
 class PortBatch(tuple):
@@ -222,6 +229,11 @@ def _user_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
 def _emit(spec: TaskSpec, outs, step_tag: int, wm: int | None) -> Iterator[pa.RecordBatch]:
     from epic.topology import SplitNode
 
+    if isinstance(spec.node, SplitNode) and spec.inner:
+        for b in outs[0]:
+            if b.num_rows:
+                yield with_tags(b, spec.out_schema, step_tag, wm)
+        return
     if isinstance(spec.node, SplitNode):
         for port, batches in enumerate(outs):
             for b in batches:
@@ -263,8 +275,21 @@ def run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa
 
 # -- stateful ----------------------------------------------------------------------------------
 
-def _markers(spec: TaskSpec, batch_id: int):
-    from epic.spark.offsets import batch_markers
+def _markers(spec: TaskSpec, batch_id: int, part: int = 0):
+    from epic.spark.offsets import TopicOffset, batch_markers
+
+    if spec.upstream is not None:
+        # Fused after another stateful node: what that node forwarded after this batch (its
+        # snapshot of the batch is saved: its output was read to the end), as the offset of its
+        # topic would carry it.
+        snap = StateStore(spec.upstream, part).load_before(batch_id + 1)
+        if snap is None:
+            return [None], None
+        st = serde.unpackb(snap)
+        wm, eos = _mark_of(snap)
+        step = st.get("last_step")
+        return [TopicOffset("", 0, wm, eos, None if step is None else int(step))], (
+            None if step is None else int(step))
 
     offs = batch_markers(spec.checkpoint, batch_id)
     by_id = {o.topic_id: o for o in offs}
@@ -367,7 +392,7 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         call(d.observe, tag(last_step if last_step is not None else 0, PHASE_ROWS), high["max"])
 
     if not d.ended:
-        per_input, mstep = _markers(spec, batch_id)
+        per_input, mstep = _markers(spec, batch_id, part)
         if mstep is not None:
             last_step = mstep if last_step is None else max(last_step, mstep)
         s = last_step if last_step is not None else 0
