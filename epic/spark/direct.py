@@ -87,6 +87,9 @@ class Branch:
         more: further global stateful nodes after ``post``, as ``(spec, post specs)``: each
             reads the output of the chain before it in the same task, and its markers from that
             chain's last stateful node's snapshot of the batch (``TaskSpec.upstream``).
+        children: ``(port, Branch)`` of the groups attached to this one
+            (:func:`epic.spark.planner.plan_attached`): each runs in the same task over this
+            chain's output (of that port for a splitstream), which no topic then holds.
     """
 
     pre: list
@@ -95,6 +98,17 @@ class Branch:
     outputs: list
     split: bool = False
     more: list = field(default_factory=list)
+    children: list = field(default_factory=list)
+
+    def all_outputs(self) -> list:
+        """This chain's outputs, then its children's, depth first (the order the task writes
+        them and commit messages index)."""
+        return [*self.outputs, *(o for _, c in self.children for o in c.all_outputs())]
+
+    @property
+    def files_only(self) -> bool:
+        """Every output is a file and nothing runs after the chain: its rows may stream."""
+        return not self.children and all(o.kind == "file" for o in self.outputs)
 
 
 @dataclass
@@ -140,8 +154,9 @@ class GroupPlan:
 
     @property
     def outputs(self) -> list:
-        """Every branch's outputs, in branch order (commit messages index into this list)."""
-        return [o for b in self.branches for o in b.outputs]
+        """Every branch's outputs, in branch order, each branch's attached children's after
+        its own (commit messages index into this list)."""
+        return [o for b in self.branches for o in b.all_outputs()]
 
 
 class GroupPartition(InputPartition):
@@ -314,11 +329,11 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
     shared = len(plan.branches) > 1
     rows = list(_read_items(plan, part)) if shared else None
     keyed = None   # the positioned (and key-filtered) rows, shared by branches without pre
-    msgs, base = [], 0
+    msgs: list = []
     for br in plan.branches:
         # Outputs that are all files need no markers from the snapshot: stream them (a Q3
         # micro-batch of heat-map windows is ~10^8 CSV rows).
-        stream = all(o.kind == "file" for o in br.outputs)
+        stream = br.files_only
         it = iter(rows) if shared else _read_items(plan, part)
         for spec in br.pre:
             it = run_stateless(spec, it)
@@ -335,25 +350,56 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
                 it = iter(keyed)
             it = run_stateful(br.st, it, stream=stream,
                                high=high if plan.key is not None and time else None)
-            for spec in br.post:
-                it = run_stateless(spec, it, stream=stream)
-            for st, post in br.more:
-                # The chain's output so far, in emission order, as a topic would hold it.
-                it = run_stateful(st, _positioned(it, None, 1, None), stream=stream)
-                for spec in post:
-                    it = run_stateless(spec, it, stream=stream)
-        if br.split:
-            by_port: dict[int, list] = {}
-            for pb in it:
-                by_port.setdefault(pb.port, []).append(pb.batch)
-            for i, o in enumerate(br.outputs):
-                msgs.append(_encode(base + i, o.writer.write(iter(by_port.get(o.port, ())))))
-        else:
-            o = br.outputs[0]
-            src = it if o.sink is None or o.kind == "file" else _shape(o.sink, it)
-            msgs.append(_encode(base, o.writer.write(src)))
-        base += len(br.outputs)
+        _finish(br, _rest(br, it, stream), msgs)
     yield pa.RecordBatch.from_arrays([pa.array(msgs, pa.binary())], schema=PTR_SCHEMA)
+
+
+def _rest(br: Branch, it, stream: bool):
+    """The chain after its first stateful node: stateless successors, further stateful nodes."""
+    from epic.spark.tasks import run_stateful, run_stateless
+
+    for spec in br.post:
+        it = run_stateless(spec, it, stream=stream)
+    for st, post in br.more:
+        # The chain's output so far, in emission order, as a topic would hold it.
+        it = run_stateful(st, _positioned(it, None, 1, None), stream=stream)
+        for spec in post:
+            it = run_stateless(spec, it, stream=stream)
+    return it
+
+
+def _attached(br: Branch, it, msgs: list) -> None:
+    """An attached group (``Branch.children``) over its parent's output rows ``it``, in the
+    parent's (single) task."""
+    from epic.spark.tasks import run_stateful, run_stateless
+
+    stream = br.files_only
+    for spec in br.pre:
+        it = run_stateless(spec, it)
+    if br.st is not None:
+        it = run_stateful(br.st, _positioned(it, None, 1, None), stream=stream)
+    _finish(br, _rest(br, it, stream), msgs)
+
+
+def _finish(br: Branch, it, msgs: list) -> None:
+    """Write a chain's outputs (appending their commit messages), then run its children."""
+    if br.split:
+        by_port: dict[int, list] = {}
+        for pb in it:
+            by_port.setdefault(pb.port, []).append(pb.batch)
+        for o in br.outputs:
+            msgs.append(_encode(len(msgs), o.writer.write(iter(by_port.get(o.port, ())))))
+        for port, child in br.children:
+            _attached(child, iter(by_port.get(port, ())), msgs)
+        return
+    if br.children:
+        out = list(it)   # every consumer of this output runs here: no topic holds it
+        for _, child in br.children:
+            _attached(child, iter(out), msgs)
+        return
+    o = br.outputs[0]
+    src = it if o.sink is None or o.kind == "file" else _shape(o.sink, it)
+    msgs.append(_encode(len(msgs), o.writer.write(src)))
 
 
 # -- planner -------------------------------------------------------------------------------------

@@ -43,8 +43,8 @@ from epic.topics import Topic
 from epic.topology import (FilterNode, FlatMapNode, MapNode, MergeNode, ProcessNode, SinkNode,
                            SourceNode, SplitNode, Stream, Topology, WindowNode)
 
-__all__ = ["DeployPlan", "QueryPlan", "plan_modes", "plan_groups", "plan_units", "group_name",
-           "unit_name", "MAX_BATCH_BYTES"]
+__all__ = ["DeployPlan", "QueryPlan", "plan_modes", "plan_groups", "plan_attached", "plan_units",
+           "group_name", "unit_name", "MAX_BATCH_BYTES"]
 
 #: At most about this many bytes of topic files per input per micro-batch.
 MAX_BATCH_BYTES = 256 << 20
@@ -110,6 +110,56 @@ def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
         g.append(n)
         group_of[n.name] = g
     return groups
+
+
+def plan_attached(topology: Topology, groups: list[list]) -> tuple[dict, set]:
+    """Groups that run inside another group's query (``--fuse``), reading its output in the same
+    task: ``({head name of attached group: (parent group, (node, port) of the stream it reads)},
+    {(node, port) of the streams that therefore need no topic})``.
+
+    A group runs in one task when its first stateful node is global (a *root*), or when it is
+    attached. A stream from the last node of such a group (one port of a splitstream, or an
+    output with several consumers) is kept inside the query when *every* consumer of it heads a
+    group with a single input whose stateful nodes are all global (or which has none): those
+    groups are attached, in topological order, so their own outputs may in turn attach groups.
+    A keyed group never attaches (its tasks are per key partition); its input stays a topic.
+    """
+    modes = plan_modes(topology)
+    consumers: dict[tuple, list[str]] = {}
+    for n in topology.topological_order():
+        for st in n.inputs:
+            consumers.setdefault((st.node, st.port), []).append(n.name)
+    group_by_head = {g[0].name: g for g in groups}
+
+    def held(g) -> set:
+        return {modes.get(n.name, "stateless") for n in g} - {"stateless"}
+
+    def eligible(name: str) -> bool:
+        g = group_by_head.get(name)
+        if g is None:
+            return False
+        h = g[0]
+        return (len(h.inputs) == 1 and not isinstance(h, (SourceNode, MergeNode))
+                and held(g) <= {"global"})
+
+    attached: dict[str, tuple] = {}
+    inner: set = set()
+    for g in groups:
+        first = next((modes[n.name] for n in g if modes.get(n.name, "stateless") != "stateless"),
+                     None)
+        if g[0].name not in attached and first != "global":
+            continue   # not one task: a keyed or stateless-only root
+        last = g[-1]
+        if isinstance(last, SinkNode):
+            continue
+        for out in last.outputs:
+            key = (out.node, out.port)
+            names = consumers.get(key, [])
+            if names and all(eligible(c) for c in names):
+                inner.add(key)
+                for c in names:
+                    attached[c] = (g, key)
+    return attached, inner
 
 
 def group_name(group: list) -> str:
@@ -195,7 +245,12 @@ class DeployPlan:
         self.sources = [n for n in self.order if isinstance(n, SourceNode)]
         self.sinks = [n for n in self.order if isinstance(n, SinkNode)]
         self.groups = plan_groups(topology, fuse)
-        self.units = plan_units(topology, self.groups) if fuse else [[g] for g in self.groups]
+        #: Groups run inside another group's query (head name -> (parent, stream)), and the
+        #: streams that stay inside a query because of them (``plan_attached``).
+        self.attached, self.inner_streams = (plan_attached(topology, self.groups) if fuse
+                                             else ({}, set()))
+        roots = [g for g in self.groups if g[0].name not in self.attached]
+        self.units = plan_units(topology, roots) if fuse else [[g] for g in self.groups]
         # Nodes whose output stays inside a fused query: no topic.
         self.internal = {n.name for g in self.groups for n in g[:-1]}
 
@@ -216,7 +271,8 @@ class DeployPlan:
         """The topics ``node`` writes (none for a sink or a node inside a fused query)."""
         if isinstance(node, SinkNode) or node.name in self.internal:
             return []
-        return [self.stream_topic(s) for s in node.outputs]
+        return [self.stream_topic(s) for s in node.outputs
+                if (s.node, s.port) not in self.inner_streams]
 
     def sink_topic(self, node: SinkNode) -> str:
         """The topic a console, collect or topic sink writes."""
@@ -250,8 +306,11 @@ class DeployPlan:
         every reading query as a consumer before any query starts (so retention never deletes a
         segment a query that has not started yet still has to read)."""
         for n in self.order:
-            for path, s in zip(self.node_topics(n), n.outputs):
-                self._create(n, path, topic_schema(s.schema), s.time, s.unit)
+            if isinstance(n, SinkNode) or n.name in self.internal:
+                continue
+            for s in n.outputs:
+                if (s.node, s.port) not in self.inner_streams:
+                    self._create(n, self.stream_topic(s), topic_schema(s.schema), s.time, s.unit)
         for n in self.sinks:
             if self._topic_sink(n):
                 out = n.sink.output_schema(n.input.schema)
@@ -336,8 +395,10 @@ class DeployPlan:
                          committer=Committer(plan.outputs, plan.name, plan.trace),
                          batch_rows=self.batch_rows)
 
-    def _branch(self, group: list, ckpt: str, ids: list):
-        """A fused group as a branch of a query: its task specs and output writers."""
+    def _branch(self, group: list, ckpt: str, ids: list, upstream=None):
+        """A fused group as a branch of a query: its task specs and output writers, and the
+        groups attached to it (:func:`plan_attached`) as its children. ``upstream``: for an
+        attached group, the last stateful node before it in the query (its markers' source)."""
         from epic.sinks import CsvSink, ParquetSink
         from epic.spark.direct import Branch, Output
         from epic.spark.object_sink import file_writer
@@ -347,8 +408,9 @@ class DeployPlan:
 
         head = group[0]
         sink, members, pre, st, post, more = self.split_group(group)
-        # The group's output markers are what its last stateful node forwarded.
-        last_st = more[-1][0] if more else st
+        # The group's output markers are what its last stateful node forwarded (for an
+        # attached group without one: the last one before it in the query).
+        last_st = more[-1][0] if more else st if st is not None else upstream
         state = None if last_st is None else self.state_dir(last_st)
         producer = group_name(group).replace("+", "__")
         last = members[-1] if members else head
@@ -379,13 +441,25 @@ class DeployPlan:
             outputs = [Output("topic", topic_writer(self.sink_topic(sink)), sink=sink)]
         elif isinstance(last, SplitNode):
             outputs = [Output("topic", topic_writer(self.stream_topic(x)), port=x.port)
-                       for x in last.outputs]
+                       for x in last.outputs if (x.node, x.port) not in self.inner_streams]
+        elif (last.output.node, last.output.port) in self.inner_streams:
+            outputs = []
         else:
             outputs = [Output("topic", topic_writer(self.stream_topic(last.output)))]
         stages, up = [], st
         for n, after in more:
             stages.append((spec(n, upstream=up), [spec(m) for m in after]))
             up = n
-        return Branch(pre=[spec(n) for n in pre], st=None if st is None else spec(st),
+        children = []
+        if sink is None:
+            for x in last.outputs:
+                if (x.node, x.port) not in self.inner_streams:
+                    continue
+                for g in self.groups:
+                    if self.attached.get(g[0].name, (None, None))[1] == (x.node, x.port):
+                        children.append((x.port, self._branch(g, ckpt, ids, last_st)))
+        return Branch(pre=[spec(n) for n in pre],
+                      st=None if st is None else spec(st, upstream=upstream),
                       post=[spec(n) for n in post], outputs=outputs,
-                      split=sink is None and isinstance(last, SplitNode), more=stages)
+                      split=sink is None and isinstance(last, SplitNode), more=stages,
+                      children=children)

@@ -15,7 +15,7 @@ import pytest
 
 import epic
 from epic.cli import load_topology
-from epic.spark.planner import group_name, plan_groups, plan_modes
+from epic.spark.planner import DeployPlan, group_name, plan_groups, plan_modes, unit_name
 from epic.spark.runtime import deploy
 
 from test_deploy import EXAMPLES, ROOT, TRANSCRIPTS, _csv_lines, _same_rows, _transcript_topology
@@ -24,15 +24,15 @@ from test_recovery import _lines, reference  # noqa: F401 - fixture
 pytestmark = pytest.mark.spark
 
 
-def _deploy(topo, wd, out, crash=None):
-    """test_recovery's subprocess deploy, with --fuse."""
+def _deploy(topo, wd, out, crash=None, params=()):
+    """test_recovery's subprocess deploy, with --fuse (``params``: more topology parameters)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
     if crash:
         env["EPIC_CRASH_AT"] = crash
     cmd = [sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir", str(wd),
            "--batch-rows", "500", "--no-progress", "--timeout", "240", "--fuse", "--",
-           "--out", str(out)]
+           "--out", str(out), *params]
     return subprocess.run(cmd, env=env, start_new_session=True, capture_output=True, text=True,
                           timeout=300)
 
@@ -65,6 +65,18 @@ def test_plan_groups():
         "merge_by_time+debs_splitter+q2_ball_hitter+q4_shots+q4_csv"
     full = load_topology(debs, params={"input": "game.csv", "out": "/tmp/x"})
     assert "merge_by_time+debs_splitter" in [group_name(g) for g in plan_groups(full)]
+    # ... and the groups after it that run in one task are attached to its query: Q1's running
+    # process, Q2 and Q4 whole, Q3's heat map; the keyed windows of Q1 and Q3 stay queries.
+    plan = DeployPlan(full, "/tmp/x/wd", partitions=2, fuse=True, batch_rows=1000)
+    assert [unit_name(u) for u in plan.units] == [
+        "event_reader+mark_events", "interrupt_reader", "merge_by_time+debs_splitter",
+        "q1b_1M_window+q1b_1M_rows+q1b_1M_csv~4", "q3_1M_window+q3_1M_rows+q3_1M_csv~4"]
+    assert {"q1_running", "q2_ball_hitter", "q4_shots", "q2team_landmark_window", "q3_heatmap",
+            "q1a_csv"} <= set(plan.attached)
+    assert not {"q1b_1M_window", "q3_1M_window"} & set(plan.attached)
+    assert ("debs_splitter", 0) in plan.inner_streams
+    assert plan.node_topics(full.node("q1_split")) == [plan.stream_topic(
+        full.node("q1_split").outputs[1])]          # the keyed windows' input stays a topic
 
 
 CHAIN = textwrap.dedent('''
@@ -124,6 +136,14 @@ CHAIN = textwrap.dedent('''
                         aggregates=[epic.count("n"), epic.sum("v", name="total"),
                                     epic.max("wm", name="wm")])
     topology.sink("out", w, epic.csv_sink(os.path.join(out, "counts.csv")))
+    if epic.param("split", "no") == "yes":
+        # the window's output split in two: one port straight to a file, the other through a
+        # second global window (groups attached to the split's query)
+        small, big = topology.splitstream("by_total", w, 2, lambda i, r: (r["total"] < 250) == (i == 0))
+        topology.sink("small", small, epic.csv_sink(os.path.join(out, "small.csv")))
+        w2 = topology.window("pairs", big, epic.tumbling_count(2),
+                             aggregates=[epic.sum("n", name="n2"), epic.max("wm", name="wm2")])
+        topology.sink("pairs_out", w2, epic.csv_sink(os.path.join(out, "pairs.csv")))
 ''')
 
 
@@ -135,24 +155,36 @@ def _chain_file(d) -> str:
     return path
 
 
-def test_global_chain_equals_run_also_after_kills(tmp_path):
+@pytest.mark.parametrize("split", ["no", "yes"])
+def test_global_chain_equals_run_also_after_kills(tmp_path, split):
     """Three global stateful nodes (two processes, a count window) and a CSV sink as one query:
     the second and third read the first's output in the same task, and their watermarks from
-    its snapshot. The file equals epic run's (the watermark each row met at the second node
-    included), also when the deploy is SIGKILLed after snapshots of the chain's nodes and rerun."""
+    its snapshot. With ``split``, the window's output also goes through a splitstream whose
+    ports feed a CSV sink and another global window: groups attached to the same query
+    (``plan_attached``). Every file equals epic run's (the watermark each row met at the second
+    node included), also when the deploy is SIGKILLed after snapshots of the chain's nodes and
+    rerun."""
     topo = _chain_file(str(tmp_path))
-    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
-    want = _lines(tmp_path / "ref" / "counts.csv")
-    assert len(want[1]) > 20
-    for crash in ("node-state:4", "node-state:8"):
-        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash)
+    params = ["--split", split]
+    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref"), "split": split}))
+    names = ["counts.csv"] + (["pairs.csv", "small.csv"] if split == "yes" else [])
+    want = {n: _lines(tmp_path / "ref" / n) for n in names}
+    assert all(len(w[1]) > 5 for w in want.values()), {n: len(w[1]) for n, w in want.items()}
+    for crash in ("node-state:4", "node-state:9"):
+        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, params)
         assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
-    last = _deploy(topo, tmp_path / "wd", tmp_path / "out")
+    last = _deploy(topo, tmp_path / "wd", tmp_path / "out", None, params)
     assert last.returncode == 0, last.stderr[-3000:]
     status = json.loads((tmp_path / "wd" / "status.json").read_text())
-    assert list(status["nodes"]) == ["readings+sorter+stamp+counts+out"]
-    assert _lines(tmp_path / "out" / "counts.csv") == want
-    assert sorted(os.listdir(tmp_path / "wd" / "state")) == ["counts", "sorter", "stamp"]
+    # with the split, the window's output has two consumers (the sink, the split): both run
+    # in the query as attached groups, as do the split's
+    assert list(status["nodes"]) == ["readings+sorter+stamp+counts" + (
+        "" if split == "yes" else "+out")]
+    for n in names:
+        assert _lines(tmp_path / "out" / n) == want[n], n
+    assert sorted(os.listdir(tmp_path / "wd" / "state")) == sorted(
+        ["counts", "sorter", "stamp"] + (["pairs"] if split == "yes" else []))
+    assert not (tmp_path / "wd" / "topics").exists() or not os.listdir(tmp_path / "wd" / "topics")
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
