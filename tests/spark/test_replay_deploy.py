@@ -26,6 +26,10 @@ def test_paced_deploy_equals_unpaced_run(spark, tmp_path):
     began = time.time()
     result = deploy(tp, str(tmp_path / "wd"), spark=spark, timeout=240)
     assert result.status["state"] == "finished"
+    # a live source's query starts last (status lists queries in start order): the rows it
+    # releases find the queries downstream running
+    names = list(result.status["nodes"])
+    assert len(names) > 1 and names[-1].split("+")[0] == "events", names
     for name in ("rows", "sums"):
         got = result.collected[name].drop_columns(["entry_time", "write_time"]).to_pylist()
         assert sorted(got, key=rows_key) == sorted(want[name].to_pylist(), key=rows_key), name
