@@ -24,6 +24,7 @@ concatenates the parts, in order, into a temp file renamed to the final path.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import uuid
@@ -34,6 +35,9 @@ import pyarrow as pa
 from epic.atomic import atomic_json, atomic_path
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
+
+#: Rows a deploy's Parquet part file buffers per row group (the tasks stream their rows into it).
+PARQUET_GROUP_ROWS = 1 << 18
 
 __all__ = ["file_sink_writer", "part_message", "read_sidecar", "deploy_id", "shaped_rows",
            "sidecar_location"]
@@ -211,18 +215,31 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                 w.close()
                 _fsync(tmp)
                 return _Part(tmp, part, rows)
-            batches = list(shaped(iterator))
-            rows = sum(b.num_rows for b in batches)
-            if not rows:
+            # Streamed batch by batch into the part (a micro-batch of Q3 heat-map rows does not
+            # fit in memory at once); a part without rows is not written.
+            it = (b for b in shaped(iterator) if b.num_rows)
+            first = next(it, None)
+            if first is None:
                 return _Part(None, part, 0)
             os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
             import pyarrow.parquet as pq
 
             os.makedirs(os.path.join(meta, "parts"), exist_ok=True)
             final = os.path.join(meta, "parts", f"b{batch_id:012d}.p{part:05d}.parquet")
+            rows = 0
             try:
-                with atomic_path(final, tmp_dir=os.path.join(meta, "_tmp")) as tmp:
-                    pq.write_table(pa.Table.from_batches(batches, schema=schema), tmp)
+                with atomic_path(final, tmp_dir=os.path.join(meta, "_tmp")) as tmp, \
+                        pq.ParquetWriter(tmp, schema) as w:
+                    buf, held = [], 0
+                    for x in itertools.chain((first,), it):
+                        buf.append(pa.RecordBatch.from_arrays(x.columns, schema=schema))
+                        held += x.num_rows
+                        rows += x.num_rows
+                        if held >= PARQUET_GROUP_ROWS:   # row groups of about this many rows
+                            w.write_table(pa.Table.from_batches(buf, schema=schema))
+                            buf, held = [], 0
+                    if buf:
+                        w.write_table(pa.Table.from_batches(buf, schema=schema))
             except OSError as exc:
                 from epic.errors import OutputError
 
@@ -302,9 +319,12 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                     with atomic_path(path, tmp_dir=meta) as tmp, \
                             pq.ParquetWriter(tmp, schema) as w:
                         for n in names:
-                            for b in pq.read_table(os.path.join(pdir, n)).to_batches():
-                                w.write_batch(pa.RecordBatch.from_arrays(b.columns,
-                                                                         schema=schema))
+                            # a row group at a time: a part can hold a whole micro-batch of
+                            # Q3 heat-map rows (memory stays bounded by the row group)
+                            pf = pq.ParquetFile(os.path.join(pdir, n))
+                            for g in range(pf.num_row_groups):
+                                t = pf.read_row_group(g)
+                                w.write_table(pa.Table.from_arrays(t.columns, schema=schema))
                 except OSError as exc:
                     from epic.errors import OutputError
 

@@ -106,6 +106,7 @@ class CaseResult:
     format: str = "csv"            # the topology's output format
     delays: bool = True            # delay logging (--delays)
     cpu_kinds: dict = field(default_factory=dict)   # CPU s by process kind (benchkit.proc)
+    pss_kinds: dict = field(default_factory=dict)   # GiB by process kind at the peak sample
     write_floor: dict | None = None   # a plain writer of the same bytes: bytes, wall_s
 
     @property
@@ -304,6 +305,10 @@ def cpu_lines(results: dict) -> list[str]:
         out.append(f"- `{r['case']}` CPU by process kind ({total:,.0f} CPU-s in "
                    f"{r['wall_s']:,.0f} s wall): " + "; ".join(
                        f"{k} {v:,.0f} s" for k, v in kinds.items() if v >= 0.5) + ".")
+        mem = r.get("pss_kinds") or {}
+        if mem:
+            out.append("  PSS by process kind at the peak sample: " + "; ".join(
+                f"{k} {v:.2f} GiB" for k, v in mem.items() if v >= 0.01) + ".")
     return out
 
 

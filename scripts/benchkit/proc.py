@@ -214,6 +214,8 @@ class Sampler:
         self.machine_cpu_s: float | None = None
         self._cpu: dict[int, float] = {}
         self._kind: dict[int, str] = {}
+        #: PSS bytes by :func:`process_kind` at the sample with the largest total.
+        self.peak_by_kind: dict[str, int] = {}
         self._cpu0 = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="benchkit-sampler", daemon=True)
@@ -244,8 +246,15 @@ class Sampler:
             if p not in self._kind or self._kind[p] in ("?", "epic", "python", "bash"):
                 # read again while it may still exec (a launcher script becoming the JVM)
                 self._kind[p] = process_kind(_argv(p), p == self.root)
-        self.last_pss = sum(pss_bytes(p) for p in cpu)
-        self.peak_pss = max(self.peak_pss, self.last_pss)
+        pss = {p: pss_bytes(p) for p in cpu}
+        self.last_pss = sum(pss.values())
+        if self.last_pss > self.peak_pss:
+            self.peak_pss = self.last_pss
+            by_kind: dict[str, int] = {}
+            for p, b in pss.items():
+                k = self._kind.get(p, "?")
+                by_kind[k] = by_kind.get(k, 0) + b
+            self.peak_by_kind = dict(sorted(by_kind.items(), key=lambda kv: -kv[1]))
 
     def _loop(self) -> None:
         next_mem = 0.0
