@@ -267,12 +267,16 @@ class DeployPlan:
             return f"{self.workdir}/topics/{stream.node}.{stream.port}"
         return f"{self.workdir}/topics/{stream.node}"
 
-    def node_topics(self, node) -> list[str]:
-        """The topics ``node`` writes (none for a sink or a node inside a fused query)."""
+    def topic_streams(self, node) -> list[Stream]:
+        """The output streams of ``node`` that have a topic (none for a sink or a node inside a
+        fused query, nor a stream whose consumers are attached to its query)."""
         if isinstance(node, SinkNode) or node.name in self.internal:
             return []
-        return [self.stream_topic(s) for s in node.outputs
-                if (s.node, s.port) not in self.inner_streams]
+        return [s for s in node.outputs if (s.node, s.port) not in self.inner_streams]
+
+    def node_topics(self, node) -> list[str]:
+        """The topics ``node`` writes (:meth:`topic_streams`)."""
+        return [self.stream_topic(s) for s in self.topic_streams(node)]
 
     def sink_topic(self, node: SinkNode) -> str:
         """The topic a console, collect or topic sink writes."""
@@ -306,11 +310,8 @@ class DeployPlan:
         every reading query as a consumer before any query starts (so retention never deletes a
         segment a query that has not started yet still has to read)."""
         for n in self.order:
-            if isinstance(n, SinkNode) or n.name in self.internal:
-                continue
-            for s in n.outputs:
-                if (s.node, s.port) not in self.inner_streams:
-                    self._create(n, self.stream_topic(s), topic_schema(s.schema), s.time, s.unit)
+            for s in self.topic_streams(n):
+                self._create(n, self.stream_topic(s), topic_schema(s.schema), s.time, s.unit)
         for n in self.sinks:
             if self._topic_sink(n):
                 out = n.sink.output_schema(n.input.schema)
