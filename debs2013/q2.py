@@ -16,7 +16,13 @@ markers by ``ts``). **Output**: :data:`BALL_EVENT_SCHEMA`, in stream order, one 
 * ``kind = 1`` (:data:`HIT`): a row of the ball in play that is a new hit, with ``player_id``,
   ``team`` and ``attack`` (+1: the hitter's team attacks goal 1 at +y, -1: goal 2 at -y);
 * ``kind = 2`` (:data:`OUT`): the row where the ball in play left the field;
-* ``kind = 3`` / ``4`` (:data:`STOP` / :data:`RESUME`): interruption markers, passed through.
+* ``kind = 3`` / ``4`` (:data:`STOP` / :data:`RESUME`): interruption markers, passed through;
+* ``kind = 5`` (:data:`TIME`): a time mark, the last row of an input batch (ball fields zero)
+  when no other output row reaches its ``ts``: the output is complete up to there. It moves the
+  possession node's time forward with the batch's newest arrival (its delay stamp), so team
+  slices are released, and stamped, as soon as the input passes them, also while no ball row
+  goes out (without query 4, or with no ball in play). While the ball's data may still stop
+  (the hold below) the mark stays at the ball's last row.
 
 Ball columns (``sid, x, y, z, v, a, vx .. az``) are the raw sensor fields (zeros on markers).
 
@@ -62,12 +68,12 @@ from epic import serde
 from epic.aggregates import Aggregate
 from epic.errors import SpecError
 
-__all__ = ["BALL", "HIT", "OUT", "STOP", "RESUME", "BALL_EVENT_SCHEMA", "BallHitter",
+__all__ = ["BALL", "HIT", "OUT", "STOP", "RESUME", "TIME", "BALL_EVENT_SCHEMA", "BallHitter",
            "PossessionOperator", "PLAYER_POSSESSION_SCHEMA", "TEAM_SLICE_SCHEMA",
            "POSSESSION_FRONT_SCHEMA", "TeamShare", "team_rows", "TEAM_POSSESSION_SCHEMA",
            "in_field"]
 
-BALL, HIT, OUT, STOP, RESUME = 0, 1, 2, 3, 4
+BALL, HIT, OUT, STOP, RESUME, TIME = 0, 1, 2, 3, 4, 5
 _BALL_FIELDS = ("sid", "x", "y", "z", "v", "a", "vx", "vy", "vz", "ax", "ay", "az")
 
 BALL_EVENT_SCHEMA = pa.schema(
@@ -249,7 +255,15 @@ class BallHitter(DictStateOperator):
         kind[marker == 1] = STOP
         kind[marker == 2] = RESUME
         rows = np.nonzero(kind >= 0)[0]
-        if not len(rows) and not lost:
+        # the time mark: the last input row's ts, held at the ball's last row while its data
+        # may still stop (an OUT row stamped there may follow)
+        mark = int(ts[-1])
+        if st["cur"] >= 0 and st["last"] != _NO:
+            mark = min(mark, int(st["last"]))
+        emitted = [int(ts[rows[-1]])] if len(rows) else []
+        emitted += [t for _, t, _ in lost]
+        tick = st.get("started", False) and mark > max(emitted, default=_NO)
+        if not len(rows) and not lost and not tick:
             return []
         names, teams = self.roster.names, self.roster.teams
         pid = [None] * len(rows)
@@ -275,6 +289,12 @@ class BallHitter(DictStateOperator):
             pid = [(pid + [None] * len(lost))[k] for k in order.tolist()]
             team = [(team + [None] * len(lost))[k] for k in order.tolist()]
             att = np.concatenate([att, np.zeros(len(lost), np.int8)])[order]
+        if tick:
+            out_ts = np.append(out_ts, mark)
+            out_kind = np.append(out_kind, np.int8(TIME))
+            fields = np.concatenate([fields, np.zeros((1, len(_BALL_FIELDS)), np.int64)])
+            pid, team = list(pid) + [None], list(team) + [None]
+            att = np.append(att, np.int8(0))
         return [self._batch(out_ts, out_kind, pid, team, att, fields)]
 
     @staticmethod

@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from debs2013.common import DictStateOperator, column, time_ordered
 from debs2013.config import Q4Config
-from debs2013.q2 import HIT, OUT, STOP
+from debs2013.q2 import HIT, OUT, STOP, TIME
 
 __all__ = ["Q4_SCHEMA", "ShotOperator", "reaches_goal"]
 
@@ -107,6 +107,12 @@ class ShotOperator(DictStateOperator):
         n = batch.num_rows
         if n == 0:
             return []
+        kind = column(batch, "kind")
+        if (kind == TIME).any():   # time marks of the hitter: not ball rows, not events
+            batch = batch.filter(pa.array(kind != TIME))
+            n = batch.num_rows
+            if n == 0:
+                return []
         batch, ts = time_ordered(batch)
         cfg = self.config
         kind = column(batch, "kind")

@@ -7,11 +7,11 @@ import pyarrow as pa
 import pytest
 
 from debs2013.config import Q2Config
-from debs2013.q2 import (HIT, OUT, STOP, TEAM_SLICE_SCHEMA, BallHitter, PossessionOperator,
-                         TeamShare, team_rows)
+from debs2013.q2 import (HIT, OUT, STOP, TEAM_SLICE_SCHEMA, TIME, BallHitter,
+                         PossessionOperator, TeamShare, team_rows)
 from epic.aggregates import AggSpec
 from epic.windows import WindowOperator, few_time
-from qkit import MS, PS, assert_cut_invariant, game, run_table, shoe_rows
+from qkit import MS, PS, assert_cut_invariant, cut, game, run, run_table, shoe_rows
 
 T_END = 4 * PS
 
@@ -169,10 +169,73 @@ def test_cut_invariance_and_snapshots():
     rows += ball([(PS, 10 * MS), (PS + 150 * MS, 5 * MS), (2 * PS, 3 * MS), (3 * PS, 3 * MS)])
     rows += [{"ts": 2500 * MS, "marker": "stop"}, {"ts": 2900 * MS, "marker": "resume"}]
     for br in (False, True):
-        assert_cut_invariant(lambda: BallHitter(Q2Config(origin=0), ball_rows=br), game(rows))
+        assert_cut_invariant(lambda: BallHitter(Q2Config(origin=0), ball_rows=br), game(rows),
+                             strip=_no_marks)
     for emit in ("players", "team"):
         assert_cut_invariant(lambda: PossessionOperator(Q2Config(origin=0), emit=emit),
                              _events(SCRIPT))
+
+
+def _no_marks(table: pa.Table) -> pa.Table:
+    """The hitter's output without its time marks (one per input batch: they follow the cuts)."""
+    return table.filter(pa.compute.not_equal(table["kind"], TIME))
+
+
+@pytest.mark.parametrize("ball_rows", [False, True])
+def test_time_marks_bound_the_output_and_release_team_slices(ball_rows):
+    """A time mark (kind TIME) closes an input batch whose last row no other output row
+    reaches: no later output row is older than it, it is held at the ball's last row while the
+    ball's data may still stop, and none comes before the first ball in play. Fed batch by batch
+    to the possession node, the marks release every team slice the input has passed without a
+    watermark, and the slices equal the one-batch run's."""
+    rows = keepers() + body((47, 16), 10000, 0) + body((63, 64), 10500, 300, t1=3 * PS)
+    rows += ball([(PS, 10 * MS), (PS + 150 * MS, 5 * MS), (2 * PS, 3 * MS)], t1=3 * PS + PS // 2)
+    rows += [{"ts": 2500 * MS, "marker": "stop"}, {"ts": 2900 * MS, "marker": "resume"}]
+    g = game(rows)
+    first_ball = min(r["ts"] for r in rows if r.get("sid") == 4)
+    cfg = Q2Config(origin=0, team_period_ps=100 * MS)
+    for seed in range(6):
+        batches = cut(g, np.random.default_rng(seed), max_cuts=12)
+        op = BallHitter(cfg, ball_rows=ball_rows)
+        poss = PossessionOperator(cfg, emit="team")
+        for b in batches:
+            out = [r for t in op.on_batch(b) for r in t.to_pylist()]
+            marks = [k for k, r in enumerate(out) if r["kind"] == TIME]
+            assert len(marks) <= 1 and (not marks or marks[0] == len(out) - 1)
+            if not b.num_rows:
+                continue
+            newest = max(b.column("ts").to_pylist())
+            if marks:
+                mark = out[-1]["ts"]
+                assert mark >= first_ball
+                assert all(r["ts"] < mark for r in out[:-1])
+                assert mark <= newest
+            if newest < first_ball:
+                assert not out
+                continue
+            # the output reaches the input's time, less the ball timeout at most (the hold)
+            assert out and out[-1]["ts"] >= newest - cfg.ball_timeout_ps - MS
+            t = pa.Table.from_pylist(out, schema=op.output_schema)
+            slices = [r for x in poss.on_batch(t.to_batches()[0]) for r in x.to_pylist()]
+            # so every team slice ending by then is out, without a watermark
+            top = out[-1]["ts"]
+            P = cfg.team_period_ps
+            assert poss._s["inc_done"] == top // P * P
+            assert not slices or slices[-1]["ts"] + P <= top
+        tail = [r for x in op.on_end() for r in x.to_pylist()]
+        assert all(r["kind"] != TIME for r in tail)
+    # the marks hold at the ball's last row while its data may stop: the ball stops at 3.5 s
+    # while players report on to 4 s, so no mark passes 3.5 s - 0.5 ms before the OUT row
+    op = BallHitter(cfg, ball_rows=ball_rows)
+    out = run(lambda: op, g.to_batches(max_chunksize=500))
+    ts = out.column("ts").to_pylist()
+    kinds = out.column("kind").to_pylist()
+    assert ts == sorted(ts)
+    last_ball = max(r["ts"] for r in rows if r.get("sid") == 4)
+    k_out = kinds.index(OUT)
+    assert ts[k_out] == last_ball
+    assert all(t <= last_ball for t, k in zip(ts[:k_out], kinds[:k_out]) if k == TIME)
+    assert any(k == TIME and t > last_ball for t, k in zip(ts, kinds))
 
 
 def test_possession_stops_when_the_ball_data_stops():
@@ -184,7 +247,8 @@ def test_possession_stops_when_the_ball_data_stops():
     rows = (keepers() + body((47, 16), 10000, 0) + ball([(PS, 10 * MS)], t1=2 * PS)
             + [{"ts": 3 * PS + PS // 2, "marker": "stop"}])
     g = game(rows)
-    ev = assert_cut_invariant(lambda: BallHitter(Q2Config(origin=0)), g)
+    ev = _no_marks(assert_cut_invariant(lambda: BallHitter(Q2Config(origin=0)), g,
+                                        strip=_no_marks))
     outs = [r for r in ev.to_pylist() if r["kind"] == OUT]
     assert [(r["ts"], r["sid"]) for r in outs] == [(last, 4)]
     assert ev.column("ts").to_pylist() == sorted(ev.column("ts").to_pylist())
