@@ -173,7 +173,7 @@ class SourcePlanner:
         self._reo = None         # epic.timecore.Reorderer (slack / punctuation), rebuilt
         self._late = None        # the late_file writer, rewritten from the start
 
-    def _offset(self, seq, wm, eos, step, mx, late=None) -> dict:
+    def _offset(self, seq, wm, eos, step, mx, late=None, ready=True) -> dict:
         d = {"epic_topic": self.source_id, "seq": seq}
         if late is not None:
             d["late_rows"] = late
@@ -184,11 +184,13 @@ class SourcePlanner:
             d["step"] = step
         if mx is not None:
             d["max"] = mx
+        if ready and not self.bounded:
+            d["ready"] = True   # past the empty first micro-batch of a live source
         return d
 
     # Spark's planner protocol (as a topic's TopicStreamReader offers it).
     def initialOffset(self) -> dict:
-        return self._offset(0, None, False, None, None)
+        return self._offset(0, None, False, None, None, ready=False)
 
     def prepareForTriggerAvailableNow(self) -> None:
         pass
@@ -297,7 +299,16 @@ class SourcePlanner:
 
     def latestOffset(self, start: dict, limit) -> dict:
         """The end of the next micro-batch: at least one item, at most about ``limit.max_rows``
-        rows (Spark's ``ReadMaxRows``; another limit: everything available)."""
+        rows (Spark's ``ReadMaxRows``; another limit: everything available).
+
+        A live source is not opened before its query has run one micro-batch: the first offset
+        is the initial one marked ``ready``, an empty micro-batch that pays the query's one-time
+        costs (Spark's first job, the Python processes of its writer and commits, its task
+        workers). A paced replay's clock starts at the first read, so its first rows would
+        otherwise wait seconds for them (docs/deploy.md, "Live and paced sources")."""
+        if not self.bounded:
+            if not start.get("ready"):
+                return {**start, "ready": True}
         self._seek(start)
         max_rows = getattr(limit, "max_rows", None)
         rows = 0
@@ -313,7 +324,7 @@ class SourcePlanner:
 
             crash_point("source-plan", self.workdir)
         return self._offset(self._next, self._wm, self._done, last_step, self._max,
-                      None if self._reo is None else self._reo.late_rows)
+                            None if self._reo is None else self._reo.late_rows)
 
     def planned(self, start: dict, end: dict) -> list[pa.RecordBatch]:
         """The tagged batches of the micro-batch from ``start`` to ``end`` (regenerated

@@ -95,3 +95,39 @@ def test_planner_takes_what_has_arrived():
     assert len([s for s in sizes if s]) >= 4, f"micro-batch sizes {sizes}: not paced"
     assert max(sizes) < len(rows) / 2
     assert max(items) > 1, f"items per micro-batch {items}: nothing was coalesced"
+
+
+def test_live_source_opens_after_an_empty_first_batch():
+    """No JVM: a live source's first micro-batch is empty and opens nothing (it pays the query's
+    one-time costs in Spark); the paced clock starts at the read after it, so the first rows are
+    not due before the query has run a micro-batch. A planner restarted past that batch reads at
+    once; a bounded source has no such batch."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from epic.spark.source_query import SourcePlanner
+
+    topo, rows = _topology(10.0, delays=True)
+    node = topo.nodes["events"]
+    reader = SourcePlanner(node, source_index=0, n_sources=1, prefetch=True)
+    start = reader.initialOffset()
+    assert "ready" not in start
+    ready = reader.latestOffset(start, ReadMaxRows(1_000_000))
+    assert ready == {**start, "ready": True}
+    assert reader._items is None, "the source was opened by the empty first batch"
+    assert reader.planned(start, ready) == []
+    reader.commit(ready)
+    time.sleep(0.3)
+    opened = time.time_ns()
+    end = reader.latestOffset(ready, ReadMaxRows(1_000_000))
+    assert end["seq"] >= 1 and end["ready"] is True
+    entry = np.concatenate([b.column("_entry").to_numpy() for b in reader.planned(ready, end)])
+    assert entry.min() >= opened, "the paced clock started before the source was opened"
+    # restarted from the checkpoint of the empty batch: the next read plans rows
+    again = SourcePlanner(node, source_index=0, n_sources=1, prefetch=True)
+    end2 = again.latestOffset(ready, ReadMaxRows(1_000_000))
+    assert end2["seq"] >= 1 and sum(b.num_rows for b in again.planned(ready, end2)) > 0
+    # a bounded source plans rows in its first micro-batch
+    t0, _ = _topology()
+    bounded = SourcePlanner(t0.nodes["events"], source_index=0, n_sources=1)
+    first = bounded.latestOffset(bounded.initialOffset(), ReadMaxRows(1_000_000))
+    assert first["seq"] >= 1 and "ready" not in first
