@@ -490,6 +490,7 @@ def run_case(args, case: str, console) -> report.CaseResult:
     res.cpu_s, res.machine_cpu_s = sampler.tree_cpu_s, sampler.machine_cpu_s
     res.cpu_kinds = {k: round(v, 1) for k, v in sampler.cpu_by_kind.items()}
     res.pss_kinds = {k: round(v / 2**30, 3) for k, v in sampler.peak_by_kind.items()}
+    res.pss_procs = dict(sampler.peak_procs_by_kind)
     if killed == "timeout":
         res.status = f"timeout ({args.timeout:.0f} s)"
     elif killed == "disk":

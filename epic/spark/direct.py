@@ -44,7 +44,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 
 from epic.atomic import atomic_json, atomic_path
-from epic.spark.executor import freeze_gc_once
+from epic.spark.executor import freeze_gc_once, release_memory
 from epic.spark.tags import HWM, IN, POS
 from epic.spark.trace import adopt, span
 
@@ -351,6 +351,8 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
             it = run_stateful(br.st, it, stream=stream,
                                high=high if plan.key is not None and time else None)
         _finish(br, _rest(br, it, stream), msgs)
+    rows = keyed = it = None
+    release_memory()
     yield pa.RecordBatch.from_arrays([pa.array(msgs, pa.binary())], schema=PTR_SCHEMA)
 
 
@@ -514,6 +516,7 @@ class GroupPlanner:
                 x.planner.commit(e)
                 if x.kind == "source":
                     _unspool(self.plan.spool, int(e["seq"]), self.plan.fs)
+        release_memory()
 
     def _count(self, end: dict, n: int) -> None:
         """Add a planned batch's input rows to ``<workdir>/stats/<query>.json`` (Spark's own
@@ -665,6 +668,7 @@ class Committer:
         with span("commit", self.name, "commit", batch=batch_id):
             for o, ms in zip(self.outputs, self._by_output(messages)):
                 o.writer.commit(ms, batch_id)
+        release_memory()
 
     def abort(self, messages, batch_id: int) -> None:
         for o, ms in zip(self.outputs, self._by_output(messages)):

@@ -53,7 +53,7 @@ class _Items:
     wait in the queue.
     """
 
-    def __init__(self, source, threaded: bool, ahead_bytes: int = 256 << 20):
+    def __init__(self, source, threaded: bool, ahead_bytes: int = 128 << 20):
         self._it = iter(source.open())
         self.threaded = threaded
         self.error: BaseException | None = None

@@ -107,6 +107,7 @@ class CaseResult:
     delays: bool = True            # delay logging (--delays)
     cpu_kinds: dict = field(default_factory=dict)   # CPU s by process kind (benchkit.proc)
     pss_kinds: dict = field(default_factory=dict)   # GiB by process kind at the peak sample
+    pss_procs: dict = field(default_factory=dict)   # processes of each kind at the peak sample
     write_floor: dict | None = None   # a plain writer of the same bytes: bytes, wall_s
 
     @property
@@ -306,9 +307,11 @@ def cpu_lines(results: dict) -> list[str]:
                    f"{r['wall_s']:,.0f} s wall): " + "; ".join(
                        f"{k} {v:,.0f} s" for k, v in kinds.items() if v >= 0.5) + ".")
         mem = r.get("pss_kinds") or {}
+        procs = r.get("pss_procs") or {}
         if mem:
             out.append("  PSS by process kind at the peak sample: " + "; ".join(
-                f"{k} {v:.2f} GiB" for k, v in mem.items() if v >= 0.01) + ".")
+                f"{k} {v:.2f} GiB" + (f" ({procs[k]} processes)" if procs.get(k, 1) > 1 else "")
+                for k, v in mem.items() if v >= 0.01) + ".")
     return out
 
 

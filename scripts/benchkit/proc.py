@@ -216,6 +216,8 @@ class Sampler:
         self._kind: dict[int, str] = {}
         #: PSS bytes by :func:`process_kind` at the sample with the largest total.
         self.peak_by_kind: dict[str, int] = {}
+        #: processes of each kind at the peak sample
+        self.peak_procs_by_kind: dict[str, int] = {}
         self._cpu0 = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="benchkit-sampler", daemon=True)
@@ -251,10 +253,13 @@ class Sampler:
         if self.last_pss > self.peak_pss:
             self.peak_pss = self.last_pss
             by_kind: dict[str, int] = {}
+            procs: dict[str, int] = {}
             for p, b in pss.items():
                 k = self._kind.get(p, "?")
                 by_kind[k] = by_kind.get(k, 0) + b
+                procs[k] = procs.get(k, 0) + 1
             self.peak_by_kind = dict(sorted(by_kind.items(), key=lambda kv: -kv[1]))
+            self.peak_procs_by_kind = {k: procs[k] for k in self.peak_by_kind}
 
     def _loop(self) -> None:
         next_mem = 0.0
