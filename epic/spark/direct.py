@@ -44,7 +44,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 
 from epic.atomic import atomic_json, atomic_path
-from epic.spark.executor import freeze_gc_once, release_memory
+from epic.spark.executor import WORKER_KEEPS, freeze_gc_once, release_memory
 from epic.spark.tags import HWM, IN, POS
 from epic.spark.trace import adopt, span
 
@@ -352,7 +352,7 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
                                high=high if plan.key is not None and time else None)
         _finish(br, _rest(br, it, stream), msgs)
     rows = keyed = it = None
-    release_memory()
+    release_memory(above=WORKER_KEEPS)
     yield pa.RecordBatch.from_arrays([pa.array(msgs, pa.binary())], schema=PTR_SCHEMA)
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
-__all__ = ["freeze_gc_once", "release_memory"]
+__all__ = ["freeze_gc_once", "release_memory", "WORKER_KEEPS"]
 
 _frozen_at = -1   # len(sys.modules) at the last freeze
 
@@ -28,15 +29,31 @@ def freeze_gc_once() -> None:
         gc.freeze()
 
 
-def release_memory() -> None:
-    """Hand the memory Arrow's allocator keeps cached back to the system.
+def release_memory(above: int = 0) -> None:
+    """Hand the memory Arrow's allocator keeps cached back to the system, when this process's
+    resident memory is above ``above`` bytes.
 
     Arrow's default pool (mimalloc) keeps freed pages for reuse. A reused Python worker runs the
     tasks of several queries one after another and then sits idle in Spark's pool, and the
     planner and commit processes live as long as their query: each kept the high-water mark of
     its largest micro-batch (a full DEBS deploy's processes held several hundred MB that way).
-    Called at the end of every task, planned micro-batch and commit; it costs well under a
-    millisecond when there is nothing to hand back."""
+    Handing pages back costs the next micro-batch page faults (about 15 ms per 100 MB), so a
+    task worker does it only past a threshold (:data:`WORKER_KEEPS`)."""
+    if above and _resident_bytes() <= above:
+        return
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
+
+
+#: Resident memory a task worker keeps without handing Arrow's cache back (imports take about
+#: 150-250 MB of it).
+WORKER_KEEPS = 384 << 20
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 1 << 62   # unknown: release
