@@ -134,7 +134,8 @@ def _same(a: tuple, b: tuple) -> bool:
     return True
 
 
-@pytest.mark.parametrize("queries", ["q1,q2,q3,q4", "q2,q4"])
+@pytest.mark.parametrize("queries", [pytest.param("q1,q2,q3,q4", marks=pytest.mark.slow),
+                                     "q2,q4"])
 def test_debs_deploy_equals_run(spark, tmp_path, queries):
     """The DEBS 2013 topology on a tiny generated game (EPIC's 1 s emission periods, to keep it
     quick), deployed with --fuse: each file holds epic run's rows, last ones included. With Q2

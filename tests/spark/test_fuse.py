@@ -155,7 +155,7 @@ def _chain_file(d) -> str:
     return path
 
 
-@pytest.mark.parametrize("split", ["no", "yes"])
+@pytest.mark.parametrize("split", [pytest.param("no", marks=pytest.mark.slow), "yes"])
 def test_global_chain_equals_run_also_after_kills(tmp_path, split):
     """Three global stateful nodes (two processes, a count window) and a CSV sink as one query:
     the second and third read the first's output in the same task, and their watermarks from
@@ -214,6 +214,7 @@ def test_fused_transcript_equals_run(spark, tmp_path, tr):
     assert _same_rows(result.collected["out"].to_pylist(), want)
 
 
+@pytest.mark.slow
 def test_fused_kill_then_rerun(reference, tmp_path):  # noqa: F811 - fixture
     """source -> filter -> window -> CSV as one query, SIGKILLed after the window task saved its
     snapshot (before the sink wrote that batch); the rerun's file is epic run's."""

@@ -70,6 +70,7 @@ def reference(tmp_path_factory):
     return topo, _lines(d / "ref" / "sums.csv")
 
 
+@pytest.mark.slow
 def test_kills_at_several_points_then_rerun(reference, tmp_path):
     """Killed while planning a source batch, after a stateful task saved its state, and in the
     middle of a CSV sink commit (three runs), the fourth run finishes: the CSV equals epic run's,

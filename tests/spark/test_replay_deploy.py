@@ -15,7 +15,7 @@ from epic.testing import rows_key
 
 from test_replay import _topology  # noqa: E402  (tests/ is on the path, as test_deploy is)
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 
 def test_paced_deploy_equals_unpaced_run(spark, tmp_path):

@@ -16,7 +16,7 @@ from epic.storage import resolve
 from s3_store import s3_server
 from test_deploy import ROOT
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 TOPOLOGY = ROOT / "topologies" / "sensor_averages.py"
 OUTPUTS = ("averages.csv", "late_readings.csv")
@@ -153,6 +153,7 @@ def test_deploy_writes_a_topic_sink_to_s3(s3, tmp_path):
     assert got.equals(ref)
 
 
+@pytest.mark.slow
 def test_a_fresh_deploy_replaces_an_s3_output(s3, reference, tmp_path):
     """A second deploy (fresh work directory) writing the same s3:// outputs replaces them, as
     `epic run` does: the first deploy's parts and record are not mistaken for its own."""
@@ -187,6 +188,7 @@ def _local_outputs(out):
     return {n: _lines((out / n).read_bytes()) for n in OUTPUTS}
 
 
+@pytest.mark.slow
 def test_deploy_with_its_work_directory_on_s3(s3, reference, tmp_path):
     """Unfused (every node a query: topics between them on S3, the keyed window's snapshots on
     S3, a source's spool on S3): `epic run`'s rows; Spark's checkpoints in the driver-local
@@ -216,6 +218,7 @@ def test_deploy_with_its_work_directory_on_s3(s3, reference, tmp_path):
     assert not (tmp_path / "s3:").exists()
 
 
+@pytest.mark.slow
 def test_a_deploy_on_s3_killed_mid_stream_recovers_exactly_once(s3, reference, tmp_path):
     """Fused, work directory and CSV sinks on S3, SIGKILLed after a keyed window's third
     snapshot: a rerun without the driver's checkpoints (another --checkpoint-dir) is refused,

@@ -66,7 +66,8 @@ CASES = [
 
 
 # every partition count once, fused and unfused each with several partitions (the suite's time)
-@pytest.mark.parametrize("partitions,fuse", [(1, False), (3, False), (2, True)])
+@pytest.mark.parametrize("partitions,fuse", [(1, False), pytest.param(3, False, marks=pytest.mark.slow),
+                                             (2, True)])
 def test_deploy_equals_run_under_disorder(spark, tmp_path, partitions, fuse):
     """Generated disordered keyed streams: the deploy's rows equal epic run's, per sink."""
     for i, (rows, batch_rows) in enumerate(CASES):
