@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from epic.atomic import atomic_json
 from epic.errors import EpicError
 from epic.spark.launcher import Launcher
-from epic.spark.planner import DeployPlan, plan_modes
+from epic.spark.planner import DeployPlan, plan_modes, unit_name
 from epic.spark.trace import event, span
 from epic.spark.status import STATUS, STOP, Stats, read_status, request_stop, status_table
 from epic.topics import Topic
@@ -207,6 +207,16 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
         if bool(m.get("fuse", False)) != bool(fuse):
             raise EpicError(f"{wd} was deployed {'with' if m.get('fuse') else 'without'} --fuse;"
                             " rerun it the same way (its checkpoints are per query)")
+        had = m.get("nodes")
+        now = [n.name for n in topology.topological_order()]
+        if had is not None and set(had) != set(now):
+            added, gone = sorted(set(now) - set(had)), sorted(set(had) - set(now))
+            raise EpicError(
+                f"{wd} holds a deploy of another version of topology {topology.name!r} ("
+                + "; ".join(x for x in (f"nodes added: {', '.join(added)}" if added else "",
+                                        f"nodes removed: {', '.join(gone)}" if gone else "") if x)
+                + "): its checkpoints and topics follow the old nodes; deploy into a fresh "
+                "--workdir")
         if m.get("io", "rows") != "direct":
             # Written by an epic that still had `--io rows` (its topics' layout and state
             # partitions differ; a deploy.json without "io" is one of those too).
@@ -227,6 +237,37 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
         _write_json(os.path.join(driver, OWNER), {**doc, "workdir": wd})
     _write_json(p, doc)
     return partitions
+
+
+def check_plan(wd: str, checkpoints: str, queries: list[str]) -> None:
+    """Refuse to resume a work directory whose checkpoints belong to queries this deploy's plan
+    does not have: it was deployed with another topology, or by an epic whose query plan differs
+    (e.g. ``--fuse`` groups its nodes otherwise). Its queries' progress, state and sink records
+    would not line up with this plan's, so outputs could be repeated or lost.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> os.makedirs(os.path.join(d, "a+b"))
+        >>> check_plan("wd", d, ["a+b", "c"])
+        >>> check_plan("wd", d, ["a", "b+c"])
+        Traceback (most recent call last):
+        ...
+        epic.errors.EpicError: wd holds checkpoints of 1 query this deploy does not have ('a+b'): it was deployed with another topology or by an epic that plans queries otherwise; deploy into a fresh --workdir, or finish it with the topology and epic version that started it
+    """
+    try:
+        have = sorted(e for e in os.listdir(checkpoints)
+                      if os.path.isdir(os.path.join(checkpoints, e)))
+    except FileNotFoundError:
+        return
+    stray = [q for q in have if q not in set(queries)]
+    if stray:
+        shown = ", ".join(repr(q) for q in stray[:3]) + (", ..." if len(stray) > 3 else "")
+        raise EpicError(f"{wd} holds checkpoints of {len(stray)} "
+                        f"quer{'y' if len(stray) == 1 else 'ies'} this deploy does not have "
+                        f"({shown}): it was deployed with another topology or by an epic that "
+                        "plans queries otherwise; deploy into a fresh --workdir, or finish it "
+                        "with the topology and epic version that started it")
 
 
 def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: bool = False,
@@ -428,6 +469,7 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
             pass
     plan = DeployPlan(topology, wd, partitions=partitions, fuse=fuse, batch_rows=batch_rows,
                       retention=retention, driver_dir=driver)
+    check_plan(wd, os.path.join(driver, "checkpoints"), [unit_name(u) for u in plan.units])
     plan.create_topics()
     launcher = Launcher(spark, plan, trigger_interval)
     stats = Stats(plan, launcher.queries)

@@ -229,3 +229,41 @@ def test_a_session_on_another_master_is_refused_not_reused(spark):
     with pytest.raises(EpicError, match=r"master 'local\[3\]' cannot take effect") as e:
         build_session("local[3]")
     assert repr(master) in str(e.value) and "spark.stop()" in str(e.value)
+
+
+def test_a_work_directory_of_another_plan_is_refused(spark, tmp_path):
+    """A work directory of another version of the topology (nodes added or removed), or whose
+    checkpoints belong to queries the new deploy's plan does not have (another epic grouped the
+    nodes otherwise), is refused before any query starts, naming what differs and the fix;
+    rerunning the topology that made it is still accepted."""
+    rows = [{"k": i % 3, "ts": i * 1000, "v": float(i)} for i in range(60)]
+
+    def topo(extra: bool):
+        t = epic.Topology("plans")
+        s = t.source("src", epic.iterator_source(
+            [pa.Table.from_pylist(rows).to_batches()[0]],
+            schema={"k": "int64", "ts": "int64", "v": "float64"}, time="ts", unit="ms"))
+        if extra:
+            s = t.map("double", s, lambda b: {"k": b.column("k"), "ts": b.column("ts"),
+                                              "v": pa.compute.multiply(b.column("v"), 2.0)})
+        w = t.window("w", s, epic.tumbling_count(10), key="k", aggregates=[epic.count("n")],
+                     late="drop")
+        t.sink("out", w, epic.collect_sink())
+        return t
+
+    wd = str(tmp_path / "wd")
+    first = deploy(topo(False), wd, spark=spark, fuse=False, timeout=120)
+    assert first.status["state"] == "finished"
+    with pytest.raises(EpicError, match=r"another version of topology 'plans' \(nodes added: "
+                                        r"double\).*fresh --workdir"):
+        deploy(topo(True), wd, spark=spark, fuse=False, timeout=120)
+    # the same nodes, but a checkpoint of a query this plan does not have (another epic's plan)
+    stray = os.path.join(wd, "checkpoints", "src+w", "offsets")
+    os.makedirs(stray)
+    with pytest.raises(EpicError, match=r"holds checkpoints of 1 query this deploy does not "
+                                        r"have \('src\+w'\).*fresh --workdir"):
+        deploy(topo(False), wd, spark=spark, fuse=False, timeout=120)
+    os.removedirs(stray)
+    again = deploy(topo(False), wd, spark=spark, fuse=False, timeout=120)
+    assert again.status["state"] == "finished"
+    assert sorted(r["n"] for r in again.collected["out"].to_pylist()) == [10] * 6

@@ -72,6 +72,7 @@ def _read(uri):
         return _lines(f.read())
 
 
+@pytest.mark.slow
 def test_a_crash_inside_an_s3_sink_commit_is_recovered(s3, reference, tmp_path):
     """SIGKILL after the first part of a commit was copied; the rerun completes exactly once."""
     out = f"{s3}/crash"
