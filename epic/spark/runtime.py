@@ -260,7 +260,8 @@ def check_plan(wd: str, checkpoints: str, queries: list[str]) -> None:
                       if os.path.isdir(os.path.join(checkpoints, e)))
     except FileNotFoundError:
         return
-    stray = [q for q in have if q not in set(queries)]
+    known = set(queries)
+    stray = [q for q in have if q not in known]
     if stray:
         shown = ", ".join(repr(q) for q in stray[:3]) + (", ..." if len(stray) > 3 else "")
         raise EpicError(f"{wd} holds checkpoints of {len(stray)} "

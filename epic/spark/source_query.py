@@ -306,9 +306,8 @@ class SourcePlanner:
         costs (Spark's first job, the Python processes of its writer and commits, its task
         workers). A paced replay's clock starts at the first read, so its first rows would
         otherwise wait seconds for them (docs/deploy.md, "Live and paced sources")."""
-        if not self.bounded:
-            if not start.get("ready"):
-                return {**start, "ready": True}
+        if not self.bounded and not start.get("ready"):
+            return {**start, "ready": True}
         self._seek(start)
         max_rows = getattr(limit, "max_rows", None)
         rows = 0
