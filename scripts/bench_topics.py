@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import topics_report as report  # noqa: E402
-from benchkit.proc import cpu_by_pid, machine_cpu_seconds, uptime  # noqa: E402
+from benchkit.proc import argv_of, cpu_by_pid, machine_cpu_seconds, uptime  # noqa: E402
 
 import epic  # noqa: E402
 
@@ -160,13 +160,11 @@ def process_kind(pid: int) -> str:
     """What a process of this benchmark's tree is, from its command line."""
     if pid == os.getpid():
         return "driver"
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return "ended"
+    cmd = " ".join(argv_of(pid))   # a zygote child's real command line (epic/spark/zygote.py)
     if not cmd.strip():
         return "ended"    # a zombie: ended, not yet reaped
+    if "epic-zygote-" in cmd or "epic.spark.zygote" in cmd:
+        return "zygote and relays"
     if "java" in cmd.split(" ")[0]:
         return "JVM"
     if "streaming_source_runner" in cmd:

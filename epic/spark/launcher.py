@@ -7,6 +7,7 @@ Each :class:`~epic.spark.planner.QueryPlan` becomes ``readStream.format(<reader>
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -20,6 +21,26 @@ from epic.topics import Topic
 from epic.topology import SinkNode
 
 __all__ = ["Launcher", "explain"]
+
+
+@contextlib.contextmanager
+def _python_exec(spark):
+    """Register data sources with the warm zygote's interpreter (:mod:`epic.spark.zygote`) as
+    their ``pythonExec`` where it applies: their planner and worker processes then start as
+    forks of a process that has imported pyspark, pyarrow and epic already."""
+    from epic.spark import zygote
+
+    exe = zygote.python_for(spark)
+    sc = spark.sparkContext
+    if exe is None:
+        yield
+        return
+    before = sc.pythonExec
+    sc.pythonExec = exe
+    try:
+        yield
+    finally:
+        sc.pythonExec = before
 
 
 class Launcher:
@@ -69,8 +90,9 @@ class Launcher:
             src = reader_source(f"epic_group_{self.tag}_{safe}", qp.schema, qp.make_planner,
                                 qp.batch_rows)
             dst = writer_source(f"epic_commit_{self.tag}_{safe}", qp.committer)
-            self.spark.dataSource.register(src)
-            self.spark.dataSource.register(dst)
+            with _python_exec(self.spark):
+                self.spark.dataSource.register(src)
+                self.spark.dataSource.register(dst)
             with span("await_slot", qp.name, "driver"):
                 pending = self._await_slots(pending, starting)
             self._how[qp.name] = (src.name(), dst.name(), qp.checkpoint)

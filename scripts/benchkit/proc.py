@@ -108,7 +108,8 @@ def cpu_by_pid(root: int) -> dict[int, float]:
 
 def process_kind(argv: list[str], is_root: bool = False) -> str:
     """What a process of a run's tree is, from its command line: ``epic driver`` (the root),
-    ``JVM``, ``pyspark worker: <module>`` (a Python worker forked by ``pyspark.daemon``; the module
+    ``JVM``, ``epic zygote`` and ``zygote relay`` (epic/spark/zygote.py: pass :func:`argv_of`'s
+    command line, which gives a zygote child's real one), ``pyspark worker: <module>`` (a Python worker forked by ``pyspark.daemon``; the module
     says what for: ``worker`` runs tasks, ``write_into_data_source`` the sink's writer factory,
     ``python_streaming_sink_runner`` the sink's commit, ...), ``python -m <module>`` (e.g. the
     streaming source planner), else the program's name."""
@@ -117,6 +118,10 @@ def process_kind(argv: list[str], is_root: bool = False) -> str:
     if not argv:
         return "?"
     prog = os.path.basename(argv[0])
+    if any("epic-zygote-" in a for a in argv[1:3]):
+        return "zygote relay"  # epic/spark/zygote_client.py: waits for its zygote child
+    if "epic.spark.zygote" in argv:
+        return "epic zygote"
     if prog == "java":
         return "JVM"
     if "-m" in argv[:-1]:
@@ -130,7 +135,30 @@ def process_kind(argv: list[str], is_root: bool = False) -> str:
     return prog
 
 
-def _argv(pid: int) -> list[str]:
+def argv_of(pid: int) -> list[str]:
+    """``pid``'s command line; for a child of epic's zygote (epic/spark/zygote.py), whose own
+    is the zygote's, the command line it stands for (a worker forked by such a child: its
+    parent's, as for any worker forked by ``pyspark.daemon``)."""
+    argv = _cmdline(pid)
+    if "epic.spark.zygote" not in argv:
+        return argv
+    sock = argv[argv.index("epic.spark.zygote") + 1] if argv[-1] != "epic.spark.zygote" else ""
+    pids = os.path.join(os.path.dirname(sock), "pids")
+    for p in (pid, _parent(pid)):
+        try:
+            with open(os.path.join(pids, str(p)), "rb") as f:
+                return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+    return argv
+
+
+def _parent(pid: int) -> int:
+    f = _stat_fields(pid)
+    return int(f[1]) if f else 0
+
+
+def _cmdline(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
@@ -247,7 +275,7 @@ class Sampler:
             self._cpu[p] = max(s, self._cpu.get(p, 0.0))
             if p not in self._kind or self._kind[p] in ("?", "epic", "python", "bash"):
                 # read again while it may still exec (a launcher script becoming the JVM)
-                self._kind[p] = process_kind(_argv(p), p == self.root)
+                self._kind[p] = process_kind(argv_of(p), p == self.root)
         pss = {p: pss_bytes(p) for p in cpu}
         self.last_pss = sum(pss.values())
         if self.last_pss > self.peak_pss:
