@@ -46,8 +46,9 @@ __all__ = ["ENV", "enabled", "ensure", "prestart", "python_for", "socket_path", 
 #: ``EPIC_ZYGOTE=0`` turns the zygote off (every Python process is a fresh interpreter).
 ENV = "EPIC_ZYGOTE"
 
-#: What the zygote imports before it serves: what a planner, a daemon and their workers import
-#: for epic's data sources.
+#: What the zygote imports before it serves (then every module of epic but :data:`SKIP`): what a
+#: planner, a daemon and their workers import for epic's data sources. ``pyarrow.dataset``
+#: imports pandas (0.5 s), which a planner opening a Parquet source and a task writing one paid.
 PRELOAD = (
     "pyspark.sql.streaming.python_streaming_source_runner",
     "pyspark.daemon",
@@ -57,23 +58,18 @@ PRELOAD = (
     "pyspark.sql.worker.write_into_data_source",
     "pyspark.sql.worker.python_streaming_sink_runner",
     "pyspark.sql.worker.commit_data_source_write",
-    "epic",
-    "epic.spark.datasources",
-    "epic.spark.planner",
-    "epic.spark.tasks",
-    "epic.spark.executor",
-    "epic.spark.direct",
-    "epic.spark.sink_query",
-    "epic.spark.source_query",
-    "epic.spark.object_sink",
-    "epic.spark.topic_sink",
-    "epic.spark.topic_source",
-    "epic.sinks",
-    "epic.sources",
+    "pandas",
+    "pyarrow.dataset",
     "pyarrow.parquet",
     "pyarrow.csv",
     "pyarrow.compute",
+    "pyarrow.fs",
+    "epic",
 )
+
+#: epic's modules the zygote does not import: the command line's (typer, rich) and its own.
+SKIP = ("epic.__main__", "epic.cli", "epic.spark.cli", "epic.spark.zygote",
+        "epic.spark.zygote_client")
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -198,13 +194,7 @@ def _serve(sock_path: str, parent_fd: int, listen_fd: int) -> None:
     os.makedirs(pids_dir, exist_ok=True)
     # Requests wait in the backlog while the zygote imports: a planner asked for during that
     # time still starts sooner than a fresh interpreter.
-    import importlib
-
-    for mod in PRELOAD:
-        try:
-            importlib.import_module(mod)
-        except Exception:  # noqa: BLE001 - a module that cannot import is imported by the child
-            pass
+    _preload()
     import gc
 
     gc.collect()
@@ -251,6 +241,25 @@ def _serve(sock_path: str, parent_fd: int, listen_fd: int) -> None:
                     except ProcessLookupError:
                         pass
         _reap(children, sel, pids_dir)
+
+
+def _preload() -> None:
+    import importlib
+    import pkgutil
+
+    def load(name):
+        try:
+            return importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - what cannot import here is the child's to import
+            return None
+
+    for name in PRELOAD:
+        load(name)
+    epic = sys.modules.get("epic")
+    if epic is not None:
+        for info in pkgutil.walk_packages(epic.__path__, "epic."):
+            if not info.name.startswith(SKIP):
+                load(info.name)
 
 
 def _reap(children: dict, sel, pids_dir: str) -> None:
