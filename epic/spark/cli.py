@@ -55,9 +55,9 @@ def register(app: typer.Typer) -> None:
                progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                        help="Live per-node table (default: on "
                                                             "a terminal)."),
-               batch_rows: int = typer.Option(1_000_000, "--batch-rows",
-                                              help="Rows per micro-batch from a source or "
-                                                   "topic."),
+               batch_rows: Optional[int] = typer.Option(
+                   None, "--batch-rows", help="Rows per micro-batch from a source or topic "
+                   "(default: about 64 MB of the input's columns, 1 M to 8 M rows)."),
                keep_topics: bool = typer.Option(False, "--keep-topics",
                                                 help="Keep consumed topic segments (by default "
                                                      "they are deleted once every reader "

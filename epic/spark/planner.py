@@ -44,10 +44,35 @@ from epic.topology import (FilterNode, FlatMapNode, MapNode, MergeNode, ProcessN
                            SourceNode, SplitNode, Stream, Topology, WindowNode)
 
 __all__ = ["DeployPlan", "QueryPlan", "plan_modes", "plan_groups", "plan_attached", "plan_units",
-           "group_name", "unit_name", "MAX_BATCH_BYTES"]
+           "group_name", "unit_name", "MAX_BATCH_BYTES", "auto_batch_rows"]
 
 #: At most about this many bytes of topic files per input per micro-batch.
 MAX_BATCH_BYTES = 256 << 20
+
+#: Without ``batch_rows``, a micro-batch reads about this many bytes of its input's columns
+#: (:func:`auto_batch_rows`), within :data:`BATCH_ROWS_RANGE` rows.
+BATCH_BYTES = 64 << 20
+BATCH_ROWS_RANGE = (1_000_000, 8_000_000)
+
+
+def auto_batch_rows(schema) -> int:
+    """Rows per micro-batch of an input with ``schema`` when the deploy does not set
+    ``batch_rows``: :data:`BATCH_BYTES` over the width of a row (fixed-width columns their
+    width, others 32 bytes), at least 1 M and at most 8 M rows.
+
+    >>> auto_batch_rows(pa.schema([("ts", pa.int64()), ("k", pa.int64()), ("v", pa.float64())]))
+    2796202
+    >>> auto_batch_rows(pa.schema([(f"c{i}", pa.int64()) for i in range(13)]))
+    1000000
+    """
+    width = 0
+    for f in schema:
+        try:
+            width += max(1, f.type.bit_width // 8)
+        except ValueError:  # variable width: strings, lists...
+            width += 32
+    lo, hi = BATCH_ROWS_RANGE
+    return max(lo, min(hi, BATCH_BYTES // max(1, width)))
 
 
 def plan_modes(topology: Topology) -> dict[str, str]:
@@ -221,13 +246,14 @@ class DeployPlan:
         workdir: the work directory (an absolute local path, or a URI: ``s3://bucket/prefix``).
         partitions: tasks per micro-batch of a keyed stateful node.
         fuse: chains and siblings share queries (``--fuse``).
-        batch_rows: rows per micro-batch read from a source or topic.
+        batch_rows: rows per micro-batch read from a source or topic (None: per query, from
+            its input's row width, :func:`auto_batch_rows`).
         retention: delete topic segments every reading query has committed past.
         driver_dir: the driver-local directory of ``checkpoints/`` (default: ``workdir``).
     """
 
     def __init__(self, topology: Topology, workdir: str, *, partitions: int, fuse: bool,
-                 batch_rows: int, retention: bool = True, driver_dir: str | None = None):
+                 batch_rows: int | None, retention: bool = True, driver_dir: str | None = None):
         from epic.paths import is_remote
         from epic.storage import resolve
 
@@ -358,7 +384,10 @@ class DeployPlan:
         ckpt = self.ckpt(qname)
         safe = re.sub(r"\W", "_", qname)
         head = unit[0][0]
+        rows = self.batch_rows
         if isinstance(head, SourceNode):
+            if rows is None:
+                rows = auto_batch_rows(head.outputs[0].schema)
             planner = SourcePlanner(head, source_index=self.sources.index(head),
                                     n_sources=len(self.sources), workdir=self.workdir,
                                     prefetch=True)
@@ -368,9 +397,11 @@ class DeployPlan:
             inputs, ids = [], []
             for s_ in head.inputs:
                 topic = Topic.open(self.stream_topic(s_))
+                own = self.batch_rows or auto_batch_rows(topic.schema)
+                rows = own if rows is None else min(rows, own)
                 # Rows and bytes: a micro-batch of 1 M heat-map rows (DEBS Q3, ~100 KB each)
                 # would hold the whole game; a keyed query's tasks each read every file.
-                opts = {"max_rows_per_trigger": str(self.batch_rows),
+                opts = {"max_rows_per_trigger": str(own),
                         "max_bytes_per_trigger": str(MAX_BATCH_BYTES)}
                 if self.retention:
                     # Segments every reader has committed past are deleted (the full DEBS game
@@ -391,10 +422,9 @@ class DeployPlan:
             fs_root=None if self.loc is None else self.loc.path, checkpoint=ckpt,
             trace=trace.target())
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
-                         make_planner=functools.partial(GroupPlanner, plan, inputs,
-                                                        self.batch_rows),
+                         make_planner=functools.partial(GroupPlanner, plan, inputs, rows),
                          committer=Committer(plan.outputs, plan.name, plan.trace),
-                         batch_rows=self.batch_rows)
+                         batch_rows=rows)
 
     def _branch(self, group: list, ckpt: str, ids: list, upstream=None):
         """A fused group as a branch of a query: its task specs and output writers, and the

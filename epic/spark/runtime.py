@@ -274,7 +274,7 @@ def check_plan(wd: str, checkpoints: str, queries: list[str]) -> None:
 def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: bool = False,
            fuse: bool = False, retention: bool = True,
            progress: bool = False, console=None, spark=None,
-           batch_rows: int = 1_000_000, partitions: int | None = None,
+           batch_rows: int | None = None, partitions: int | None = None,
            trigger_interval: float = 0.1, poll_interval: float = 0.1,
            timeout: float | None = None, conf: dict | None = None,
            archive: str | None = None, checkpoint_dir: str | None = None) -> DeployResult:
@@ -300,7 +300,9 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         progress: show a live per-node table (rich).
         console: rich console for progress (default: standard error).
         spark: an existing SparkSession to use (tests share one).
-        batch_rows: rows per micro-batch read from a source or topic.
+        batch_rows: rows per micro-batch read from a source or topic; default: per query, about
+            64 MB of its input's columns, at least 1 M and at most 8 M rows
+            (:func:`epic.spark.planner.auto_batch_rows`).
         partitions: partitions of keyed stateful nodes (default: the session's
             ``spark.sql.shuffle.partitions``); fixed at the first start of ``workdir``.
         trigger_interval: seconds between micro-batch triggers of each query.
