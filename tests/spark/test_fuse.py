@@ -79,6 +79,33 @@ def test_plan_groups():
         full.node("q1_split").outputs[1])]          # the keyed windows' input stays a topic
 
 
+
+@pytest.mark.parametrize("columns,expected", [
+    # docs/deploy.md, "Settings": about 64 MB (2**26 bytes) of the input's columns per
+    # micro-batch, fixed-width columns at their width, at least 1 M and at most 8 M rows
+    ({"ts": "int64", "key": "int64", "v": "float64"}, 2**26 // 24),
+    ({"ts": "int64", **{f"c{i}": "int64" for i in range(12)}}, 1_000_000),
+    ({"ts": "int64"}, 8_000_000),
+    ({"ts": "int64", "name": "string"}, 2**26 // (8 + 32)),
+])
+def test_micro_batch_rows_follow_the_input_width_unless_given(tmp_path, columns, expected):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = str(tmp_path / "in.parquet")
+    pq.write_table(pa.table({c: pa.array([], t) for c, t in columns.items()}), data)
+    t = epic.Topology("widths")
+    s = t.source("src", epic.parquet_source(data, time="ts", unit="ms"))
+    t.sink("out", t.map("m", s, lambda b: b), epic.parquet_sink(str(tmp_path / "out")))
+    for fuse in (True, False):   # the source's query: the whole chain, or the source alone
+        for rows, want in ((None, expected), (1234, 1234)):
+            plan = DeployPlan(t, str(tmp_path / f"wd{fuse}"), partitions=2, fuse=fuse,
+                              batch_rows=rows)
+            plan.create_topics()
+            unit = next(u for u in plan.units if u[0][0].name == "src")
+            assert plan.query(unit).batch_rows == want
+
+
 CHAIN = textwrap.dedent('''
     import os
     import random
