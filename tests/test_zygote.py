@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the zygote is L
 @pytest.fixture(scope="module")
 def script(tmp_path_factory):
     assert zygote.ensure() is not None
-    path = str(tmp_path_factory.mktemp("zygote") / "python")
+    path = str(tmp_path_factory.mktemp("epic-zygote-test") / "python")
     zygote.write_script(path, zygote.socket_path(), served=("zygote_probe",))
     return path
 
@@ -101,6 +101,21 @@ def _gone(pid, timeout=10.0):
     return False
 
 
+def test_tools_see_what_a_child_stands_for(script):
+    sys.path.insert(0, str(Path(TESTS).parent / "scripts"))
+    from benchkit.proc import argv_of, process_kind
+
+    p, child = _start_waiting(script)
+    try:
+        assert argv_of(child)[1:] == ["-m", "zygote_probe", "wait"]
+        assert process_kind(argv_of(child)) == "python -m zygote_probe"
+        assert process_kind(argv_of(p.pid)) == "zygote relay"
+        assert process_kind(argv_of(zygote._state["proc"].pid)) == "epic zygote"
+    finally:
+        p.kill()
+        p.wait(10)
+
+
 def test_a_signal_to_the_relay_reaches_the_child_and_its_status_comes_back(script):
     p, child = _start_waiting(script)
     p.send_signal(signal.SIGTERM)
@@ -113,3 +128,18 @@ def test_a_killed_relay_takes_its_child_along(script):
     p.kill()
     p.wait(10)
     assert _gone(child)
+
+
+def test_used_only_on_local_masters_with_this_interpreter(monkeypatch):
+    from types import SimpleNamespace
+
+    def spark(master, exe=sys.executable):
+        return SimpleNamespace(sparkContext=SimpleNamespace(master=master, pythonExec=exe))
+
+    monkeypatch.delenv(zygote.ENV, raising=False)
+    assert zygote.enabled(spark("local[*]"))
+    assert not zygote.enabled(spark("spark://host:7077"))
+    assert not zygote.enabled(spark("local[2]", "epic-python"))       # an --archive's name
+    assert not zygote.enabled(spark("local[2]", os.path.realpath(sys.executable) + "-other"))
+    monkeypatch.setenv(zygote.ENV, "0")
+    assert not zygote.enabled(spark("local[*]"))

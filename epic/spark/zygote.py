@@ -89,7 +89,13 @@ def enabled(spark) -> bool:
     if not (sc.master or "").startswith("local"):
         return False
     exe = getattr(sc, "pythonExec", None)
-    return bool(exe) and os.path.realpath(exe) == os.path.realpath(sys.executable)
+    return bool(exe) and _same_python(exe)
+
+
+def _same_python(exe: str) -> bool:
+    # Not the resolved paths: a virtual environment's python links to the base interpreter,
+    # which lacks the environment's packages.
+    return os.path.abspath(exe) == os.path.abspath(sys.executable)
 
 
 def ensure() -> str | None:
@@ -171,8 +177,7 @@ def prestart() -> None:
     this one), so that its imports overlap the JVM's start."""
     if os.environ.get(ENV, "1") != "0" and hasattr(socket, "send_fds") \
             and sys.platform == "linux" \
-            and os.path.realpath(os.environ.get("PYSPARK_PYTHON", "")) == \
-            os.path.realpath(sys.executable):
+            and _same_python(os.environ.get("PYSPARK_PYTHON", "")):
         ensure()
 
 

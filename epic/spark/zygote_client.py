@@ -1,7 +1,7 @@
 """The interpreter Spark runs for epic's Python processes when a warm zygote is up (stdlib only).
 
-:mod:`epic.spark.zygote` writes this file, after a ``#!<python> -IS`` line and the two settings
-below, as the ``pythonExec`` of epic's data sources. Spark runs it as ``<it> -m <module> ...``.
+:mod:`epic.spark.zygote` writes this file, after a ``#!<python> -IS`` line and with the settings
+below filled in, as the ``pythonExec`` of epic's data sources. Spark runs it as ``<it> -m <module> ...``.
 For a module the zygote serves (:data:`SERVED`) it asks the zygote for a forked child that runs
 the module with this process's arguments, environment, working directory and standard streams,
 forwards the signals Spark sends to that child and exits with its status; for any other module,
@@ -47,7 +47,9 @@ def _ask(args):
         return None
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(30)
+        # Spark gives the process 10 s to connect back: a zygote that has not forked within 5 s
+        # (still importing on a loaded machine) leaves time for a fresh interpreter.
+        sock.settimeout(5)
         sock.connect(SOCKET)
         body = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
         head = struct.pack("!I", len(body))
