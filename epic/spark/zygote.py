@@ -234,7 +234,10 @@ def _serve(sock_path: str, parent_fd: int, listen_fd: int) -> None:
                 except BlockingIOError:
                     pass
             elif what == "accept":
-                conn, _ = listener.accept()
+                try:
+                    conn, _ = listener.accept()
+                except OSError:  # e.g. out of descriptors: the client runs a fresh interpreter
+                    continue
                 pid = _fork_for(conn, seed, base_path, pids_dir,
                                 close=[listener, parent_fd, rwake, wwake, *children.values()])
                 if pid > 0:
@@ -243,10 +246,14 @@ def _serve(sock_path: str, parent_fd: int, listen_fd: int) -> None:
                 else:
                     conn.close()
             else:  # a client's connection: readable means it closed (the client died)
-                pid = what[1]
-                if not key.fileobj.recv(1):
+                try:
+                    closed = not key.fileobj.recv(1)
+                except OSError:
+                    closed = True
+                if closed:
+                    sel.unregister(key.fileobj)  # reaped below or later, then closed
                     try:
-                        os.kill(pid, signal.SIGKILL)
+                        os.kill(what[1], signal.SIGKILL)
                     except ProcessLookupError:
                         pass
         _reap(children, sel, pids_dir)
@@ -285,7 +292,10 @@ def _reap(children: dict, sel, pids_dir: str) -> None:
         except OSError:
             pass
         if conn is not None:
-            sel.unregister(conn)
+            try:
+                sel.unregister(conn)
+            except KeyError:  # its client had closed it
+                pass
             try:
                 conn.sendall(struct.pack("!i", status))
             except OSError:
