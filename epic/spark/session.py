@@ -250,11 +250,11 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
             f"-Dlog4j2.configurationFile=file:{log_config_file()} {given}".rstrip()
     for k, v in settings.items():
         builder = builder.config(k, v)
-    if active is None and (master or "local").startswith("local"):
+    if active is None:
         # Its imports overlap the JVM's start (see epic.spark.zygote; used by the launcher).
         from epic.spark import zygote
 
-        zygote.prestart()
+        zygote.prestart(master)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     if quiet:

@@ -82,14 +82,14 @@ _state: dict = {}
 def enabled(spark) -> bool:
     """Whether ``spark``'s data sources may use the zygote: a local master, this interpreter as
     Spark's, ``os.fork`` and descriptor passing available, and not ``EPIC_ZYGOTE=0``."""
-    if os.environ.get(ENV, "1") == "0" or not hasattr(os, "fork") \
-            or not hasattr(socket, "send_fds") or sys.platform != "linux":
-        return False
     sc = spark.sparkContext
-    if not (sc.master or "").startswith("local"):
-        return False
-    exe = getattr(sc, "pythonExec", None)
-    return bool(exe) and _same_python(exe)
+    return _usable(sc.master, getattr(sc, "pythonExec", None))
+
+
+def _usable(master: str | None, exe: str | None) -> bool:
+    return (os.environ.get(ENV, "1") != "0" and hasattr(os, "fork")
+            and hasattr(socket, "send_fds") and sys.platform == "linux"
+            and (master or "").startswith("local") and bool(exe) and _same_python(exe))
 
 
 def _same_python(exe: str) -> bool:
@@ -172,12 +172,10 @@ def stop() -> None:
                 proc.kill()
 
 
-def prestart() -> None:
-    """Start the zygote before a local session's JVM, if it will be used (Spark's interpreter is
-    this one), so that its imports overlap the JVM's start."""
-    if os.environ.get(ENV, "1") != "0" and hasattr(socket, "send_fds") \
-            and sys.platform == "linux" \
-            and _same_python(os.environ.get("PYSPARK_PYTHON", "")):
+def prestart(master: str | None) -> None:
+    """Start the zygote before a session's JVM on ``master`` (None: local), if it will be used
+    (:func:`enabled`), so that its imports overlap the JVM's start."""
+    if _usable(master or "local", os.environ.get("PYSPARK_PYTHON")):
         ensure()
 
 
