@@ -6,6 +6,7 @@ import csv
 import gzip
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -266,3 +267,83 @@ def test_background_writer_writes_the_same_bytes_and_reports_failures(tmp_path):
     w.write(batches[0])  # the failed open happens on the worker thread
     with pytest.raises(OutputError, match="missing-dir/x.csv: cannot write: No such file"):
         w.close()
+
+
+# -- numbers formatted once per distinct value (csvio._preformat) ----------------------------------
+
+_POOLS = {
+    pa.int8(): [-128, -1, 0, 7, 127],
+    pa.int32(): [-2**31, 0, 42, 2**31 - 1],
+    pa.int64(): [-2**63, -1, 0, 2**53 + 1, 10**18, 1795607505778862317, 2**63 - 1],
+    pa.uint64(): [0, 1, 2**63, 2**64 - 1],
+    pa.float32(): [0.0, -0.0, 1.5, 3.4028234663852886e38, 1e-45, float("inf"), float("nan")],
+    pa.float64(): [0.0, -0.0, 0.1, 1e-7, 67.57077158957063, 5e-324, 1e300, float("-inf"),
+                   float("nan"), 1795607505778862.5],
+}
+
+
+@st.composite
+def _numeric_tables(draw):
+    n = draw(st.integers(0, 6000))
+    cols = {}
+    for i, (typ, pool) in enumerate(_POOLS.items()):
+        shape = draw(st.sampled_from(["runs", "few", "mixed"]))
+        seed = draw(st.integers(0, 2**32 - 1))
+        rng = np.random.default_rng(seed)
+        if shape == "runs":      # long runs of one value (a timestamp, a delay stamp)
+            idx = np.sort(rng.integers(0, len(pool), n))
+        elif shape == "few":     # few distinct values in any order (heat-map corners)
+            idx = rng.integers(0, len(pool), n)
+        else:                    # mostly distinct values: written as they are
+            idx = None
+        if idx is None:
+            if pa.types.is_floating(typ):
+                vals = rng.standard_normal(n) * 1e3
+                vals[: n // 7] = -0.0
+            else:
+                info = np.iinfo(typ.to_pandas_dtype())
+                vals = rng.integers(info.min, info.max, n, dtype=typ.to_pandas_dtype(),
+                                    endpoint=True)
+            arr = pa.array(vals, typ)
+        else:
+            arr = pa.array(np.array(pool, dtype=typ.to_pandas_dtype())[idx], typ)
+        cols[f"c{i}"] = arr
+    cols["s"] = pa.array([f"p{i % 3}" for i in range(n)])
+    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=6)))
+    return pa.table(cols), cuts
+
+
+@given(_numeric_tables())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_preformatted_numbers_are_the_bytes_pyarrow_writes(tmp_path, data):
+    """Whatever the runs, repeats, batch cuts, -0.0 next to 0.0, NaN, infinities and extreme
+    integers, CsvWriter's bytes are pyarrow's plain CSV bytes for the whole table."""
+    import pyarrow.csv as pacsv
+
+    table, cuts = data
+    ref = pa.BufferOutputStream()
+    pacsv.write_csv(table, ref, write_options=pacsv.WriteOptions(include_header=True,
+                                                                 quoting_style="none"))
+    path = tmp_path / "pre.csv"
+    with CsvWriter(path) as w:
+        for a, b in zip([0] + cuts, cuts + [table.num_rows]):
+            if b > a:
+                w.write(table.slice(a, b - a))
+        if table.num_rows == 0:
+            w.write(table)
+    expected = ref.getvalue().to_pybytes().replace(b'"', b"")  # header: names unquoted
+    assert path.read_bytes() == expected
+    assert w.rows == table.num_rows
+
+
+def test_preformat_formats_each_distinct_value_once():
+    """The run and dictionary paths are taken (not only the writer's own formatting)."""
+    n = 10_000
+    ts = pa.array(np.repeat(np.arange(10, dtype=np.int64) * 10**15, n // 10))
+    cell = pa.array(np.tile(np.array([0.0, -0.0, 2.5, 7.25]), n // 4))
+    noise = pa.array(np.random.default_rng(1).standard_normal(n))
+    out = csvio._preformat(pa.table({"ts": ts, "cell": cell, "noise": noise}))
+    assert out.column("ts").type == pa.string()
+    assert out.column("cell").type == pa.string()
+    assert out.column("cell").to_pylist()[:4] == ["0", "-0", "2.5", "7.25"]
+    assert out.column("noise").type == pa.float64()

@@ -200,7 +200,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                                                f"b{batch_id}.p{part}.{uuid.uuid4().hex}.csv")
                             w = CsvWriter(tmp, columns=schema.names, header=False,
                                           delimiter=sink.delimiter,
-                                          float_format=sink.float_format)
+                                          float_format=sink.float_format, background=True)
                         w.write(b)
                         rows += b.num_rows
                 except BaseException:
