@@ -865,19 +865,22 @@ class CsvWriter:
         return sink
 
     def _quoting_needed(self, table: pa.Table) -> bool:
-        # Scan the string columns' raw bytes for the delimiter, quote or line breaks: one pass
-        # at memory speed instead of a regex per value. A sliced chunk's buffer may hold bytes
-        # outside the slice; a hit there only sends the table down the (correct) quoting path.
-        specials = np.frombuffer((self._delimiter + '"\r\n').encode("utf-8"), np.uint8)
+        # Look for the delimiter, a quote or a line break in the string columns' bytes (memchr
+        # speed) instead of a regex per value; only a hit pays for the exact per-value check.
+        # A sliced chunk shares its parent's data buffer: only the slice's bytes are looked at.
+        specials = [c.encode("utf-8") for c in self._delimiter + '"\r\n']
         for col in table.columns:
-            if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            large = pa.types.is_large_string(col.type)
+            if not (pa.types.is_string(col.type) or large):
                 continue
             for chunk in col.chunks:
-                data = chunk.buffers()[2]
-                if data is None or data.size == 0:
+                _, offsets, data = chunk.buffers()[:3]
+                if data is None or data.size == 0 or len(chunk) == 0:
                     continue
-                raw = np.frombuffer(data, np.uint8)
-                if any((raw == c).any() for c in specials.tolist()):
+                offs = np.frombuffer(offsets, np.int64 if large else np.int32)
+                lo, hi = int(offs[chunk.offset]), int(offs[chunk.offset + len(chunk)])
+                raw = data.slice(lo, hi - lo).to_pybytes()
+                if any(c in raw for c in specials):
                     if pc.any(pc.match_substring_regex(chunk, self._needs_quote)).as_py():
                         return True
         return False

@@ -347,3 +347,15 @@ def test_preformat_formats_each_distinct_value_once():
     assert out.column("cell").type == pa.string()
     assert out.column("cell").to_pylist()[:4] == ["0", "-0", "2.5", "7.25"]
     assert out.column("noise").type == pa.float64()
+
+
+def test_quoting_looks_at_the_bytes_of_a_slice_only(tmp_path):
+    """A slice of a column is quoted by its own values: a comma elsewhere in the parent's buffer
+    does not matter, one inside the slice does (first, middle and last rows)."""
+    parent = pa.table({"name": ["a,b", "c", "d", 'e"f', "g", "h,i"], "n": list(range(6))})
+    for start, length, expected in [(1, 2, "c,1\nd,2\n"), (2, 2, 'd,2\n"e""f",3\n'),
+                                    (4, 2, 'g,4\n"h,i",5\n'), (0, 1, '"a,b",0\n')]:
+        path = tmp_path / f"s{start}.csv"
+        with CsvWriter(path, header=False) as w:
+            w.write(parent.slice(start, length))
+        assert path.read_text() == expected
