@@ -720,8 +720,12 @@ def _format_floats(array: pa.Array, float_format: str) -> pa.Array:
     return pa.array([None if v is None else format(v, float_format) for v in values], pa.string())
 
 
-#: a numeric column shorter than this is written as it is (see :func:`_preformat`)
-_PREFORMAT_MIN_ROWS = 2048
+#: a table shorter than this is written as it is (see :func:`_preformat`): below it the
+#: per-column cost of the preformatting was more than it saved on DEBS outputs
+_PREFORMAT_MIN_ROWS = 16384
+
+#: rows of the first part of a column that tell whether it is worth a dictionary
+_PROBE_ROWS = 2048
 
 
 def _preformat(table: pa.Table) -> pa.Table:
@@ -763,15 +767,12 @@ def _preformat_column(arr: pa.Array) -> pa.Array | None:
         text = arr.take(pa.array(starts)).cast(pa.string())
         counts = np.diff(np.concatenate((starts, [n])))
         return text.take(pa.array(np.repeat(np.arange(len(starts), dtype=np.int32), counts)))
-    probe = a[:_PREFORMAT_MIN_ROWS]
+    probe = a[:_PROBE_ROWS]
     if len(np.unique(probe)) * 2 > len(probe):
         return None
     enc = pc.dictionary_encode(arr)
     return enc.dictionary.cast(pa.string()).take(enc.indices)
 
-
-#: a CsvWriter writes at least this many rows per call to pyarrow (see CsvWriter.write)
-_COALESCE_ROWS = 65536
 
 #: tables a background CsvWriter may hold ahead of its caller
 _QUEUE = 4
@@ -789,6 +790,11 @@ class CsvWriter:
     (a :func:`format` spec such as ``".6f"``) is given. Use as a context manager, or call
     :meth:`close`; a writer that got no rows still writes the header if it knows the columns.
 
+    ``hold_rows``: write tables of fewer rows together, once this many are held (or at
+    :meth:`close`). Faster for small tables, but the held rows are not in the file until then:
+    for writers whose file is read only after ``close`` (a deploy's part files). 0 (default):
+    every :meth:`write` reaches the file (the background thread's queue aside).
+
     Example:
         >>> import pyarrow as pa, tempfile, os
         >>> p = os.path.join(tempfile.mkdtemp(), "out.csv")
@@ -800,7 +806,7 @@ class CsvWriter:
 
     def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
                  header: bool = True, delimiter: str = ",", float_format: str | None = None,
-                 background: bool = False, filesystem=None):
+                 background: bool = False, filesystem=None, hold_rows: int = 0):
         if len(delimiter) != 1 or delimiter in "\r\n\"":
             raise SpecError(f"delimiter={delimiter!r}: give one character other than a quote or "
                             "a newline")
@@ -828,6 +834,7 @@ class CsvWriter:
         # GIL), at most _QUEUE tables ahead of the caller; errors surface on the next call.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="epic-csv") if background else None
         self._pending: deque[Future] = deque()
+        self._hold_rows = int(hold_rows)
         self._held: list[pa.Table] = []  # prepared tables not yet handed to _write
         self._held_rows = 0
         self._accepted = 0
@@ -888,16 +895,16 @@ class CsvWriter:
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         """Append the rows of ``data`` (its columns are selected and ordered as configured).
 
-        Small tables are held and written together (at least ``_COALESCE_ROWS`` rows at once,
-        or at :meth:`close`): pyarrow's writer and :func:`_preformat` cost a fixed ~0.1 ms per
-        column and call, more than the rows of a few-thousand-row table."""
+        With ``hold_rows``, smaller tables are held and written together (pyarrow's writer and
+        :func:`_preformat` cost a fixed ~0.1 ms per column and call, more than the rows of a
+        few-thousand-row table)."""
         table = self._prepare(data)
         if self._held and table.schema != self._held[0].schema:
             self._flush_held()
         self._held.append(table)
         self._held_rows += table.num_rows
         self._accepted += table.num_rows
-        if self._held_rows >= _COALESCE_ROWS:
+        if self._held_rows >= self._hold_rows:
             self._flush_held()
 
     def _flush_held(self) -> None:

@@ -313,19 +313,32 @@ def _numeric_tables(draw):
     return pa.table(cols), cuts
 
 
-@given(_numeric_tables())
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_preformatted_numbers_are_the_bytes_pyarrow_writes(tmp_path, data):
+@given(_numeric_tables(), st.sampled_from([1, 500, csvio._PREFORMAT_MIN_ROWS]),
+       st.sampled_from([0, 1000, 1 << 16]), st.booleans())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_preformatted_numbers_are_the_bytes_pyarrow_writes(tmp_path, data, min_rows, hold,
+                                                           background):
     """Whatever the runs, repeats, batch cuts, -0.0 next to 0.0, NaN, infinities and extreme
-    integers, CsvWriter's bytes are pyarrow's plain CSV bytes for the whole table."""
+    integers, held or not, CsvWriter's bytes are pyarrow's plain CSV bytes for the whole table.
+    (``min_rows``: the table size from which numbers are preformatted, lowered so that small
+    tables take that path too.)"""
+    table, cuts = data
+    default = csvio._PREFORMAT_MIN_ROWS
+    csvio._PREFORMAT_MIN_ROWS = min_rows
+    try:
+        _check_written_bytes(tmp_path, table, cuts, hold, background)
+    finally:
+        csvio._PREFORMAT_MIN_ROWS = default
+
+
+def _check_written_bytes(tmp_path, table, cuts, hold, background):
     import pyarrow.csv as pacsv
 
-    table, cuts = data
     ref = pa.BufferOutputStream()
     pacsv.write_csv(table, ref, write_options=pacsv.WriteOptions(include_header=True,
                                                                  quoting_style="none"))
     path = tmp_path / "pre.csv"
-    with CsvWriter(path) as w:
+    with CsvWriter(path, hold_rows=hold, background=background) as w:
         for a, b in zip([0] + cuts, cuts + [table.num_rows]):
             if b > a:
                 w.write(table.slice(a, b - a))
@@ -338,7 +351,7 @@ def test_preformatted_numbers_are_the_bytes_pyarrow_writes(tmp_path, data):
 
 def test_preformat_formats_each_distinct_value_once():
     """The run and dictionary paths are taken (not only the writer's own formatting)."""
-    n = 10_000
+    n = 40_000
     ts = pa.array(np.repeat(np.arange(10, dtype=np.int64) * 10**15, n // 10))
     cell = pa.array(np.tile(np.array([0.0, -0.0, 2.5, 7.25]), n // 4))
     noise = pa.array(np.random.default_rng(1).standard_normal(n))

@@ -39,6 +39,10 @@ from epic.spark.executor import freeze_gc_once
 #: Rows a deploy's Parquet part file buffers per row group (the tasks stream their rows into it).
 PARQUET_GROUP_ROWS = 1 << 18
 
+#: a CSV part's writer writes its rows in calls of at least this many (csvio.CsvWriter
+#: ``hold_rows``): a part is read only once its task closed it
+HOLD_ROWS = 1 << 16
+
 __all__ = ["file_sink_writer", "part_message", "read_sidecar", "deploy_id", "shaped_rows",
            "sidecar_location"]
 
@@ -200,7 +204,8 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                                                f"b{batch_id}.p{part}.{uuid.uuid4().hex}.csv")
                             w = CsvWriter(tmp, columns=schema.names, header=False,
                                           delimiter=sink.delimiter,
-                                          float_format=sink.float_format, background=True)
+                                          float_format=sink.float_format, background=True,
+                                          hold_rows=HOLD_ROWS)
                         w.write(b)
                         rows += b.num_rows
                 except BaseException:
