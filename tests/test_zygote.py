@@ -143,3 +143,34 @@ def test_used_only_on_local_masters_with_this_interpreter(monkeypatch):
     assert not zygote.enabled(spark("local[2]", os.path.realpath(sys.executable) + "-other"))
     monkeypatch.setenv(zygote.ENV, "0")
     assert not zygote.enabled(spark("local[*]"))
+
+
+def test_run_directories_of_killed_zygotes_are_swept(tmp_path):
+    """A zygote killed with SIGKILL cannot remove its run directory: the next start does, when
+    nothing listens on its socket any more. A live one (its socket listening) stays."""
+    import socket
+
+    dead, live = tmp_path / "epic-zygote-dead", tmp_path / "epic-zygote-live"
+    other = tmp_path / "unrelated"
+    for d in (dead, live, other):
+        d.mkdir()
+    gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    gone.bind(str(dead / "sock"))
+    gone.listen(1)
+    gone.close()   # the socket file stays, nothing listens: what SIGKILL leaves
+    fresh = tmp_path / "epic-zygote-fresh"   # just bound: maybe not listening yet
+    fresh.mkdir()
+    just = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    just.bind(str(fresh / "sock"))
+    just.close()
+    old = time.time() - 3600
+    os.utime(dead / "sock", (old, old))
+    (dead / "python").write_text("#!script\n")
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(str(live / "sock"))
+    listening.listen(1)
+    try:
+        assert zygote.sweep_stale(str(tmp_path)) == [str(dead)]
+        assert not dead.exists() and live.exists() and other.exists() and fresh.exists()
+    finally:
+        listening.close()

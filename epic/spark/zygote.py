@@ -39,9 +39,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 __all__ = ["ENV", "enabled", "ensure", "prestart", "python_for", "socket_path", "stop",
-           "write_script"]
+           "sweep_stale", "write_script"]
 
 #: ``EPIC_ZYGOTE=0`` turns the zygote off (every Python process is a fresh interpreter).
 ENV = "EPIC_ZYGOTE"
@@ -111,7 +112,41 @@ def ensure() -> str | None:
             return None
 
 
+def sweep_stale(tmp_dir: str | None = None) -> list[str]:
+    """Remove the run directories of zygotes that are gone (killed with SIGKILL: a zygote
+    that ends normally removes its own); return them. A directory counts as gone when nothing
+    listens on its socket any more (bound over a minute ago); one still listening stays."""
+    tmp_dir = tmp_dir or tempfile.gettempdir()
+    removed = []
+    try:
+        names = [n for n in os.listdir(tmp_dir) if n.startswith("epic-zygote-")]
+    except OSError:
+        return removed
+    for name in names:
+        run_dir = os.path.join(tmp_dir, name)
+        sock_path = os.path.join(run_dir, "sock")
+        try:
+            st = os.stat(sock_path)
+            # Bound a moment ago: its driver may not have called listen() yet.
+            if st.st_uid != os.getuid() or time.time() - st.st_mtime < 60:
+                continue
+        except OSError:  # no socket (yet): not a zygote's run directory, or one being made
+            continue
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(sock_path)
+        except ConnectionRefusedError:  # no listener: its zygote is gone
+            shutil.rmtree(run_dir, ignore_errors=True)
+            removed.append(run_dir)
+        except OSError:
+            pass
+        finally:
+            probe.close()
+    return removed
+
+
 def _start() -> str:
+    sweep_stale()
     run_dir = tempfile.mkdtemp(prefix="epic-zygote-")
     sock_path = os.path.join(run_dir, "sock")
     script = os.path.join(run_dir, "python")
