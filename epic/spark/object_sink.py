@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
-from epic.spark.sink_query import deploy_id, part_message, read_sidecar, shaped_rows
+from epic.spark.sink_query import HOLD_ROWS, deploy_id, part_message, read_sidecar, shaped_rows
 from epic.storage import Location, resolve
 
 __all__ = ["file_writer", "ObjectStoreFileWriter"]
@@ -95,7 +95,7 @@ class ObjectStoreFileWriter:
                         tmp = meta.join("_tmp", f"b{batch_id}.p{part}.{uuid.uuid4().hex}.csv")
                         w = CsvWriter(tmp.path, columns=schema.names, header=False,
                                       delimiter=sink.delimiter, float_format=sink.float_format,
-                                      filesystem=tmp.fs)
+                                      filesystem=tmp.fs, background=True, hold_rows=HOLD_ROWS)
                     w.write(b)
                     rows += b.num_rows
                 if w is None:
