@@ -137,6 +137,9 @@ class GroupPlan:
             micro-batch's offsets with their partition instead of reading its offset log.
         trace: the driver's ``EPIC_TRACE`` file (:mod:`epic.spark.trace`), adopted by the
             planner process and the tasks.
+        inlet_pre: input index -> the stateless specs of that input's inlet
+            (:func:`epic.spark.planner.plan_inlets`): a source's nodes before the merge, run
+            over the input's rows as they are read.
     """
 
     name: str
@@ -151,6 +154,7 @@ class GroupPlan:
     fs_root: str | None = None
     checkpoint: str = ""
     trace: str = ""
+    inlet_pre: dict = field(default_factory=dict)
 
     @property
     def outputs(self) -> list:
@@ -176,9 +180,32 @@ class GroupPartition(InputPartition):
 # -- executor side -------------------------------------------------------------------------------
 
 def _read_items(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of the partition's files in order; an inlet's rows through its nodes, and with
+    several inputs each batch with its input's index (``_in``)."""
+    from epic.spark.tasks import run_stateless
+
+    items = part.items
+    a = 0
+    while a < len(items):
+        i = items[a][0]
+        b = a
+        while b < len(items) and items[b][0] == i:
+            b += 1
+        it = _read_files(plan, items[a:b])
+        for spec in plan.inlet_pre.get(i, ()):
+            it = run_stateless(spec, it)
+        for batch in it:
+            if batch.num_rows:
+                yield (batch.append_column(IN, pa.array(np.full(batch.num_rows, i,
+                                                                dtype=np.int64)))
+                       if plan.merge else batch)
+        a = b
+
+
+def _read_files(plan: GroupPlan, items) -> Iterator[pa.RecordBatch]:
     from epic.topics import check_segment_rows, corrupt_segment_error
 
-    for i, path, _kind in part.items:
+    for i, path, _kind in items:
         # Memory-mapped: the batches reference the page cache (a file deleted meanwhile, by
         # retention or a committed spool, stays readable while mapped).
         topic = path.rsplit("/segments/", 1)[0]
@@ -199,10 +226,7 @@ def _read_items(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatc
                 rows += b.num_rows
                 if not b.num_rows:
                     continue
-                b = b.replace_schema_metadata(None)
-                if plan.merge:
-                    b = b.append_column(IN, pa.array(np.full(b.num_rows, i, dtype=np.int64)))
-                yield b
+                yield b.replace_schema_metadata(None)
         except (OSError, pa.ArrowInvalid, ValueError) as e:
             if _kind != "topic":
                 from epic.errors import InputError
@@ -442,6 +466,12 @@ class GroupPlanner:
         self.inputs = None
         adopt(self.plan.trace)
 
+    def _spool_root(self, i: int) -> str:
+        """Where input ``i``'s spooled source batches go: the query's spool directory, with
+        several inputs a directory per input (``in<i>``: two sources' sequence numbers
+        overlap)."""
+        return self.plan.spool if len(self.inputs) == 1 else f"{self.plan.spool}/in{i}"
+
     def _combine(self, offs: list) -> dict:
         return offs[0] if len(self.inputs) == 1 else {"epic_group": self.plan.name, "inputs": offs}
 
@@ -462,9 +492,9 @@ class GroupPlanner:
         # log. ``commit(end)`` comes only with the batch after it, so the last batch of a
         # finished source would keep its spool files and go uncounted without this.
         with span("latest_offset", self.plan.name, "planner"):
-            for x, s_ in zip(self.inputs, self._split(start)):
+            for i, (x, s_) in enumerate(zip(self.inputs, self._split(start))):
                 if x.kind == "source":
-                    _unspool(self.plan.spool, int(s_["seq"]), self.plan.fs)
+                    _unspool(self._spool_root(i), int(s_["seq"]), self.plan.fs)
             return self._combine([x.planner.latestOffset(s, limit)
                                   for x, s in zip(self.inputs, self._split(start))])
 
@@ -484,7 +514,8 @@ class GroupPlanner:
                     rows.append(p.rows)
             else:
                 for j, chunk in enumerate(_chunks(x.planner.planned(a, b), plan.partitions)):
-                    path = _spool(plan.spool, int(a["seq"]), int(b["seq"]), j, chunk, plan.fs)
+                    path = _spool(self._spool_root(i), int(a["seq"]), int(b["seq"]), j, chunk,
+                                  plan.fs)
                     items.append((i, path, "spool"))
                     rows.append(sum(c.num_rows for c in chunk))
         items = tuple(items)
@@ -512,10 +543,10 @@ class GroupPlanner:
 
     def commit(self, end: dict) -> None:
         with span("source_commit", self.plan.name, "planner"):
-            for x, e in zip(self.inputs, self._split(end)):
+            for i, (x, e) in enumerate(zip(self.inputs, self._split(end))):
                 x.planner.commit(e)
                 if x.kind == "source":
-                    _unspool(self.plan.spool, int(e["seq"]), self.plan.fs)
+                    _unspool(self._spool_root(i), int(e["seq"]), self.plan.fs)
         release_memory()
 
     def _count(self, end: dict, n: int) -> None:

@@ -22,7 +22,8 @@ Layout of a work directory::
                                      deploy starts; emptied at start (runtime._spark_scratch)
 
 Queries (docs/deploy.md): every node is one query, or with ``fuse`` a chain of nodes
-(:func:`plan_groups`) and siblings reading the same stream (:func:`plan_units`). A query's tasks
+(:func:`plan_groups`), siblings reading the same stream (:func:`plan_units`) and sources read by
+the query of the merge they feed (:func:`plan_inlets`). A query's tasks
 read its input files (topic segments, or a source's spooled batches), run its nodes and write its
 outputs themselves (:mod:`epic.spark.direct`); Spark carries one commit message per task and
 output.
@@ -44,7 +45,7 @@ from epic.topology import (FilterNode, FlatMapNode, MapNode, MergeNode, ProcessN
                            SourceNode, SplitNode, Stream, Topology, WindowNode)
 
 __all__ = ["DeployPlan", "QueryPlan", "plan_modes", "plan_groups", "plan_attached", "plan_units",
-           "group_name", "unit_name", "MAX_BATCH_BYTES", "auto_batch_rows"]
+           "plan_inlets", "group_name", "unit_name", "MAX_BATCH_BYTES", "auto_batch_rows"]
 
 #: At most about this many bytes of topic files per input per micro-batch.
 MAX_BATCH_BYTES = 256 << 20
@@ -187,6 +188,39 @@ def plan_attached(topology: Topology, groups: list[list]) -> tuple[dict, set]:
     return attached, inner
 
 
+def plan_inlets(topology: Topology, groups: list[list]) -> dict[str, dict[int, list]]:
+    """Source groups read by the query of the merge they feed (``--fuse``): ``{head name of a
+    group with several inputs: {input index: source group}}``.
+
+    A group headed by a source whose other nodes are all stateless, whose output has that
+    merge (or combine) as its only consumer, is an *inlet*: the merge's query plans the source
+    itself (its :class:`~epic.spark.source_query.SourcePlanner`) and its tasks run the group's
+    nodes over that input's rows before the merge, so no topic holds them and no query of its
+    own hands them on. A live feed's rows then cross one query fewer on their way to the
+    outputs (DEBS: the paced game reader and its markers into ``merge_by_time``).
+    """
+    modes = plan_modes(topology)
+    consumers: dict[str, list[str]] = {}
+    for n in topology.topological_order():
+        for st in n.inputs:
+            consumers.setdefault(st.node, []).append(n.name)
+    by_last = {g[-1].name: g for g in groups}
+    out: dict[str, dict[int, list]] = {}
+    for g in groups:
+        head = g[0]
+        if len(head.inputs) < 2:
+            continue
+        for i, st in enumerate(head.inputs):
+            src = by_last.get(st.node)
+            if (src is None or not isinstance(src[0], SourceNode)
+                    or isinstance(src[-1], SinkNode) or len(src[-1].outputs) != 1
+                    or consumers.get(st.node) != [head.name]
+                    or any(modes.get(n.name, "stateless") != "stateless" for n in src[1:])):
+                continue
+            out.setdefault(head.name, {})[i] = src
+    return out
+
+
 def group_name(group: list) -> str:
     """The producer name of a group: its nodes joined by ``+``."""
     return "+".join(n.name for n in group)
@@ -275,10 +309,28 @@ class DeployPlan:
         #: streams that stay inside a query because of them (``plan_attached``).
         self.attached, self.inner_streams = (plan_attached(topology, self.groups) if fuse
                                              else ({}, set()))
-        roots = [g for g in self.groups if g[0].name not in self.attached]
+        #: Source groups read by the query of the merge they feed (``plan_inlets``): head name
+        #: of the merge's group -> {input index: source group}.
+        self.inlets = plan_inlets(topology, self.groups) if fuse else {}
+        inlet_groups = [g for d in self.inlets.values() for g in d.values()]
+        roots = [g for g in self.groups if g[0].name not in self.attached
+                 and not any(g is x for x in inlet_groups)]
         self.units = plan_units(topology, roots) if fuse else [[g] for g in self.groups]
         # Nodes whose output stays inside a fused query: no topic.
-        self.internal = {n.name for g in self.groups for n in g[:-1]}
+        self.internal = ({n.name for g in self.groups for n in g[:-1]}
+                         | {g[-1].name for g in inlet_groups})
+
+    def unit_name(self, unit: list) -> str:
+        """The query (and checkpoint) name of a unit (:func:`unit_name`), its inlets' nodes
+        first: ``event_reader+mark_events+merge_by_time+...``."""
+        pre = [group_name(g) for _, g in sorted(self.inlets.get(unit[0][0].name, {}).items())]
+        return "+".join(pre + [unit_name(unit)])
+
+    def producer(self, group: list) -> str:
+        """The producer name of ``group``'s topic segments: its nodes (after its inlets' nodes,
+        as the query name has them) joined by ``__``."""
+        pre = [group_name(g) for _, g in sorted(self.inlets.get(group[0].name, {}).items())]
+        return "+".join(pre + [group_name(group)]).replace("+", "__")
 
     # -- layout ----------------------------------------------------------------------------
     def ckpt(self, query: str) -> str:
@@ -314,7 +366,7 @@ class DeployPlan:
 
     def consumer(self, unit: list) -> str:
         """The consumer name of a query on its input topics (retention)."""
-        return re.sub(r"[^A-Za-z0-9_.-]", "_", unit_name(unit))
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", self.unit_name(unit))
 
     def split_group(self, group: list):
         """``(sink or None, members, pre, stateful or None, post, more)`` of a fused group: its
@@ -347,7 +399,10 @@ class DeployPlan:
             for u in self.units:
                 if isinstance(u[0][0], SourceNode):
                     continue
-                for st in u[0][0].inputs:
+                inlets = self.inlets.get(u[0][0].name, {})
+                for i, st in enumerate(u[0][0].inputs):
+                    if i in inlets:
+                        continue
                     Topic.open(self.stream_topic(st)).register_consumer(self.consumer(u))
 
     @staticmethod
@@ -380,22 +435,31 @@ class DeployPlan:
         from epic.spark.source_query import SourcePlanner
         from epic.spark.topic_source import TopicStreamReader
 
-        qname = unit_name(unit)
+        qname = self.unit_name(unit)
         ckpt = self.ckpt(qname)
         safe = re.sub(r"\W", "_", qname)
         head = unit[0][0]
         rows = self.batch_rows
+        inlets = self.inlets.get(head.name, {})
+
+        def source_input(node):
+            nonlocal rows
+            own = self.batch_rows or auto_batch_rows(node.outputs[0].schema)
+            rows = own if rows is None else min(rows, own)
+            return PlanInput("source", SourcePlanner(
+                node, source_index=self.sources.index(node), n_sources=len(self.sources),
+                workdir=self.workdir, prefetch=True))
+
         if isinstance(head, SourceNode):
-            if rows is None:
-                rows = auto_batch_rows(head.outputs[0].schema)
-            planner = SourcePlanner(head, source_index=self.sources.index(head),
-                                    n_sources=len(self.sources), workdir=self.workdir,
-                                    prefetch=True)
-            inputs = [PlanInput("source", planner)]
+            inputs = [source_input(head)]
             ids = [f"source:{head.name}"]
         else:
             inputs, ids = [], []
-            for s_ in head.inputs:
+            for i, s_ in enumerate(head.inputs):
+                if i in inlets:
+                    inputs.append(source_input(inlets[i][0]))
+                    ids.append(f"source:{inlets[i][0].name}")
+                    continue
                 topic = Topic.open(self.stream_topic(s_))
                 own = self.batch_rows or auto_batch_rows(topic.schema)
                 rows = own if rows is None else min(rows, own)
@@ -410,6 +474,8 @@ class DeployPlan:
                 inputs.append(PlanInput("topic", TopicStreamReader(topic, None, opts)))
                 ids.append(topic.manifest.topic_id)
         branches = [self._branch(g, ckpt, ids) for g in unit]
+        # An inlet's stateless nodes, run over its input's rows before the merge.
+        inlet_pre = {i: [self._spec(n, ckpt, ids) for n in g[1:]] for i, g in inlets.items()}
         st = next((n for n in unit[0] if self.modes.get(n.name, "stateless") != "stateless"),
                   None)
         plan = GroupPlan(
@@ -420,11 +486,27 @@ class DeployPlan:
                    else self.loc.join("spool", safe).path),
             fs=None if self.loc is None else self.loc.fs,
             fs_root=None if self.loc is None else self.loc.path, checkpoint=ckpt,
-            trace=trace.target())
+            trace=trace.target(), inlet_pre=inlet_pre)
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
                          make_planner=functools.partial(GroupPlanner, plan, inputs, rows),
                          committer=Committer(plan.outputs, plan.name, plan.trace),
                          batch_rows=rows)
+
+    def _spec(self, n, ckpt: str, ids: list, upstream=None, inner: bool = False):
+        """The task spec of node ``n`` in the query with checkpoint ``ckpt`` and inputs ``ids``
+        (``upstream``: the stateful node before it in the query, its markers' source;
+        ``inner``: a splitstream inside a group, not at its end)."""
+        from epic.spark.tasks import TaskSpec
+
+        split = isinstance(n, SplitNode)
+        return TaskSpec(inner=inner, node=n, mode=self.modes[n.name],
+                        in_schemas=[x.schema for x in n.inputs],
+                        out_schema=topic_schema((n.outputs[0] if split else n.output).schema),
+                        input_topics=ids, checkpoint=ckpt, state_dir=self.state_dir(n),
+                        workdir=self.workdir,
+                        port_schemas=([topic_schema(x.schema) for x in n.outputs]
+                                      if split else None),
+                        upstream=None if upstream is None else self.state_dir(upstream))
 
     def _branch(self, group: list, ckpt: str, ids: list, upstream=None):
         """A fused group as a branch of a query: its task specs and output writers, and the
@@ -433,7 +515,6 @@ class DeployPlan:
         from epic.sinks import CsvSink, ParquetSink
         from epic.spark.direct import Branch, Output
         from epic.spark.object_sink import file_writer
-        from epic.spark.tasks import TaskSpec
         from epic.spark.topic_sink import TopicStreamWriter
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -443,19 +524,12 @@ class DeployPlan:
         # attached group without one: the last one before it in the query).
         last_st = more[-1][0] if more else st if st is not None else upstream
         state = None if last_st is None else self.state_dir(last_st)
-        producer = group_name(group).replace("+", "__")
+        producer = self.producer(group)
         last = members[-1] if members else head
 
         def spec(n, upstream=None):
-            split = isinstance(n, SplitNode)
-            return TaskSpec(inner=split and n is not last,node=n, mode=self.modes[n.name],
-                            in_schemas=[x.schema for x in n.inputs],
-                            out_schema=topic_schema((n.outputs[0] if split else n.output).schema),
-                            input_topics=ids, checkpoint=ckpt, state_dir=self.state_dir(n),
-                            workdir=self.workdir,
-                            port_schemas=([topic_schema(x.schema) for x in n.outputs]
-                                          if split else None),
-                            upstream=None if upstream is None else self.state_dir(upstream))
+            return self._spec(n, ckpt, ids, upstream, inner=isinstance(n, SplitNode)
+                              and n is not last)
 
         def topic_writer(path: str) -> TopicStreamWriter:
             opts = {"producer": producer, "checkpoint": ckpt}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from epic.atomic import atomic_json
 from epic.errors import EpicError
 from epic.spark.launcher import Launcher
-from epic.spark.planner import DeployPlan, plan_modes, unit_name
+from epic.spark.planner import DeployPlan, plan_modes
 from epic.spark.trace import event, span
 from epic.spark.status import STATUS, STOP, Stats, read_status, request_stop, status_table
 from epic.topics import Topic
@@ -472,7 +472,7 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
             pass
     plan = DeployPlan(topology, wd, partitions=partitions, fuse=fuse, batch_rows=batch_rows,
                       retention=retention, driver_dir=driver)
-    check_plan(wd, os.path.join(driver, "checkpoints"), [unit_name(u) for u in plan.units])
+    check_plan(wd, os.path.join(driver, "checkpoints"), [plan.unit_name(u) for u in plan.units])
     plan.create_topics()
     launcher = Launcher(spark, plan, trigger_interval)
     stats = Stats(plan, launcher.queries)

@@ -68,9 +68,11 @@ def test_plan_groups():
     # ... and the groups after it that run in one task are attached to its query: Q1's running
     # process, Q2 and Q4 whole, Q3's heat map; the keyed windows of Q1 and Q3 stay queries.
     plan = DeployPlan(full, "/tmp/x/wd", partitions=2, fuse=True, batch_rows=1000)
-    assert [unit_name(u) for u in plan.units] == [
-        "event_reader+mark_events", "interrupt_reader", "merge_by_time+debs_splitter",
+    # The two readers feed only the merge: its query plans them (inlets, plan_inlets).
+    assert [plan.unit_name(u) for u in plan.units] == [
+        "event_reader+mark_events+interrupt_reader+merge_by_time+debs_splitter",
         "q1b_1M_window+q1b_1M_rows+q1b_1M_csv~4", "q3_1M_window+q3_1M_rows+q3_1M_csv~4"]
+    assert [unit_name(u) for u in plan.units][0] == "merge_by_time+debs_splitter"
     assert {"q1_running", "q2_ball_hitter", "q4_shots", "q2team_landmark_window", "q3_heatmap",
             "q1a_csv"} <= set(plan.attached)
     assert not {"q1b_1M_window", "q3_1M_window"} & set(plan.attached)
@@ -260,3 +262,120 @@ def test_fused_kill_then_rerun(reference, tmp_path):  # noqa: F811 - fixture
     assert not left & set(os.listdir(scratch)), "the killed deploy's temp directories are left"
     conf = json.loads((tmp_path / "wd" / "spark-conf.json").read_text())
     assert conf["spark.local.dir"] == str(scratch)
+
+
+MERGED = textwrap.dedent('''
+    import os
+    import random
+
+    import epic
+
+    out = epic.param("out", "out")
+    shared = epic.param("shared", "no")
+
+
+    def left():
+        rnd = random.Random(1)
+        for i in range(2000):
+            yield {"ts": i * 10 + rnd.randrange(0, 40), "v": i % 13}
+
+
+    def right():
+        rnd = random.Random(2)
+        for i in range(1500):
+            yield {"ts": i * 13 + rnd.randrange(0, 30), "v": i % 7}
+
+
+    def scaled(r):
+        return {"ts": r["ts"], "v": r["v"] * 3 + 1}
+
+
+    def odd_v(r):
+        return r["v"] % 2 == 1
+
+
+    class Stamp(epic.Processor):
+        """Each row with the watermark the merge forwarded when the row arrived (a global
+        process after the merge, in its query)."""
+
+        def on_element(self, state, row, ctx):
+            w = ctx.watermark
+            ctx.emit({"ts": row["ts"], "v": row["v"], "wm": -1 if w is None else w})
+            return state
+
+
+    topology = epic.Topology("merged")
+    sch = {"ts": "int64", "v": "int64"}
+    a = topology.source("left", epic.iterator_source(left, schema=sch, time="ts", unit="ms",
+                                                     batch_rows=90, lateness=0.05))
+    a = topology.filter_rows("left_odd", topology.map_rows("left_scaled", a, scaled), odd_v)
+    b = topology.source("right", epic.iterator_source(right, schema=sch, time="ts", unit="ms",
+                                                      batch_rows=70, lateness=0.05))
+    m = topology.merge("both", [a, b])
+    st = topology.process("stamp", m, Stamp(), schema={"ts": "int64", "v": "int64",
+                                                       "wm": "int64"}, time="ts")
+    # (the watermark each row met is not compared: under epic deploy a merge forwards its
+    # inputs' watermarks per micro-batch, docs/deploy.md)
+    w = topology.window("counts", st, epic.tumbling_count(40),
+                        aggregates=[epic.count("n"), epic.sum("v", name="total"),
+                                    epic.min("v", name="low")])
+    topology.sink("out", w, epic.csv_sink(os.path.join(out, "counts.csv")))
+    if shared == "yes":
+        # the right source has a second consumer: it keeps its own query and topic
+        topology.sink("right_out", b, epic.csv_sink(os.path.join(out, "right.csv")))
+''')
+
+
+def _merged_file(d) -> str:
+    path = os.path.join(d, "merged_topology.py")
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(MERGED)
+    return path
+
+
+def test_plan_inlets(tmp_path):
+    """A source group of stateless nodes whose only consumer is a merge is read by the merge's
+    query (an inlet): no query and no topic of its own; one with another consumer is not."""
+    topo = _merged_file(str(tmp_path))
+    t = load_topology(topo, params={"out": str(tmp_path / "o")})
+    plan = DeployPlan(t, str(tmp_path / "wd"), partitions=2, fuse=True, batch_rows=100)
+    assert {h: {i: group_name(g) for i, g in d.items()} for h, d in plan.inlets.items()} == {
+        "both": {0: "left+left_scaled+left_odd", 1: "right"}}
+    assert [plan.unit_name(u) for u in plan.units] == [
+        "left+left_scaled+left_odd+right+both+stamp+counts+out"]
+    plan.create_topics()
+    assert not (tmp_path / "wd" / "topics").exists() or not os.listdir(tmp_path / "wd" / "topics")
+    t2 = load_topology(topo, params={"out": str(tmp_path / "o"), "shared": "yes"})
+    plan2 = DeployPlan(t2, str(tmp_path / "wd2"), partitions=2, fuse=True, batch_rows=100)
+    assert [plan2.unit_name(u) for u in plan2.units] == [
+        "right", "left+left_scaled+left_odd+both+stamp+counts+out", "right_out"]
+    assert plan2.node_topics(t2.node("right")) and not plan2.node_topics(t2.node("left_odd"))
+    unfused = DeployPlan(t, str(tmp_path / "wd3"), partitions=2, fuse=False, batch_rows=100)
+    assert not unfused.inlets and len(unfused.units) == len(t.nodes)
+
+
+@pytest.mark.parametrize("shared", ["no", pytest.param("yes", marks=pytest.mark.slow)])
+def test_merge_of_inlets_equals_run_also_after_kills(tmp_path, shared):
+    """Two disordered sources, one through a map and a filter, merged, through a global process,
+    counted in windows of 40 rows: the merge's query plans both sources
+    itself (inlets; ``shared``: the right one also feeds a sink, so it stays a topic). The file
+    equals epic run's, also after SIGKILLs while planning a source and after a snapshot."""
+    topo = _merged_file(str(tmp_path))
+    params = ["--shared", shared]
+    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref"), "shared": shared}))
+    names = ["counts.csv"] + (["right.csv"] if shared == "yes" else [])
+    want = {n: _lines(tmp_path / "ref" / n) for n in names}
+    assert len(want["counts.csv"][1]) > 20
+    for crash in ("source-plan:3", "node-state:5"):
+        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, params)
+        assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
+    last = _deploy(topo, tmp_path / "wd", tmp_path / "out", None, params)
+    assert last.returncode == 0, last.stderr[-3000:]
+    status = json.loads((tmp_path / "wd" / "status.json").read_text())
+    assert "left+left_scaled+left_odd+" + ("" if shared == "yes" else "right+") + \
+        "both+stamp+counts+out" in status["nodes"]
+    for n in names:
+        assert _lines(tmp_path / "out" / n) == want[n], n
+    spool = tmp_path / "wd" / "spool"
+    assert not spool.exists() or not any(p.is_file() for p in spool.rglob("*"))
