@@ -282,3 +282,41 @@ def test_s3_json_read_while_a_writer_replaces_it_is_never_cut(s3):
     with pytest.raises(ValueError):
         loc.read_json()
     assert read_small_json(f"{s3}/race/absent.json") is None
+
+
+def test_state_store_hands_the_saved_state_to_the_next_batch_in_this_process(tmp_path):
+    """A local StateStore remembers the snapshot this process saved last: the next batch takes
+    its live state once (no read, unpack, restore), consumers read its summary, and any other
+    file at that name (rewritten, deleted) or another batch id falls back to the files."""
+    import os
+
+    from epic import serde
+    from epic.spark import tasks
+    from epic.spark.tasks import StateStore, node_marker, partition_marker
+
+    st = StateStore(str(tmp_path / "state" / "w"), 0)
+    for b in range(3):
+        st.save(b, serde.packb({"mark": 10 * b, "ended": False, "last_step": b}),
+                live=("state", b))
+    assert st.take_live(2) is None and st.take_live(4) is None   # not the batch after 2
+    assert st.summary_before(3) == (20, False, 2)
+    assert st.take_live(3) == ("state", 2)
+    assert st.take_live(3) is None                                # taken once
+    assert st.summary_before(3) == (20, False, 2)                 # the summary stays
+    assert partition_marker(str(tmp_path / "state" / "w"), 0, 2) == (20, False)
+    # another process's view: the files alone give the same answers
+    tasks._WARM.clear()
+    assert st.summary_before(3) == (20, False, 2)
+    assert serde.unpackb(st.load_before(3))["mark"] == 20
+    # a snapshot file replaced behind this process's back is read from disk
+    st.save(3, serde.packb({"mark": 30, "ended": True, "last_step": 3}), live=("state", 3))
+    path = os.path.join(st.dir, "3.state")
+    os.replace(path, path + ".x")
+    with open(path, "wb") as f:
+        f.write(serde.packb({"mark": 31, "ended": True, "last_step": 3}))
+    os.remove(path + ".x")
+    assert st.take_live(4) is None
+    assert st.summary_before(4) == (31, True, 3)
+    assert node_marker(str(tmp_path / "state" / "w"), 3) == (31, True)
+    os.remove(path)
+    assert st.summary_before(4) == (20, False, 2)

@@ -23,6 +23,7 @@ function and the micro-batch; the driver finds that line in Spark's error and re
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -44,6 +45,32 @@ __all__ = ["TaskSpec", "StateStore", "run_stateless", "run_stateful", "node_mark
 
 #: How many snapshots per partition are kept (older ones are deleted).
 KEEP_SNAPSHOTS = 3
+
+#: This worker process's newest snapshot of each node partition it ran (local work directories
+#: only): ``partition directory -> (batch id, file identity, snapshot bytes, summary, live)``.
+#: ``summary`` is what consumers read from a snapshot (:func:`_summary`); ``live`` the node's
+#: driver and bookkeeping after that batch, which the next micro-batch's task in this process
+#: takes over instead of reading, unpacking and restoring the snapshot it has just written. An
+#: entry is used only while the file is still the one written (same inode, size and mtime), and
+#: ``live`` is taken out while a task runs, so a failed task leaves none behind.
+_WARM: dict[str, tuple] = {}
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _summary(st: dict) -> tuple:
+    """``(mark, ended, last_step)`` of an unpacked snapshot: the watermark the node forwarded
+    after the batch (frozen before ``on_end``), whether it ended, its last input step."""
+    mark = st.get("mark", st.get("fwd"))
+    step = st.get("last_step")
+    return ((None if mark is None else int(mark)), bool(st.get("ended")),
+            None if step is None else int(step))
 
 
 @dataclass
@@ -104,6 +131,35 @@ class StateStore:
     def __init__(self, state_dir: str, part: int):
         self.fs, root = resolve_filesystem(state_dir)
         self.dir = f"{root}/p{part}"
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def _warm(self, batch_id: int) -> tuple | None:
+        """This process's entry for the snapshot ``load_before(batch_id)`` reads (that of
+        ``batch_id - 1``), if the file is still the one it wrote."""
+        w = _WARM.get(self.dir) if self.local else None
+        if w is None or w[0] != batch_id - 1:
+            return None
+        if _identity(f"{self.dir}/{w[0]}.state") != w[1]:
+            _WARM.pop(self.dir, None)
+            return None
+        return w
+
+    def take_live(self, batch_id: int):
+        """The node's live state after ``batch_id - 1`` if this process ran that batch and
+        saved it (see :data:`_WARM`), taken out of the cache; else None."""
+        w = self._warm(batch_id)
+        if w is None or w[4] is None:
+            return None
+        _WARM[self.dir] = (*w[:4], None)
+        return w[4]
+
+    def summary_before(self, batch_id: int) -> tuple | None:
+        """:func:`_summary` of the snapshot :meth:`load_before` would return (None: none)."""
+        w = self._warm(batch_id)
+        if w is not None:
+            return w[3]
+        snap = self.load_before(batch_id)
+        return None if snap is None else _summary(serde.unpackb(snap))
 
     def _ids(self) -> list[int]:
         out = []
@@ -121,6 +177,9 @@ class StateStore:
         an older snapshot; an open by name revalidates the entry (NFS close-to-open
         consistency). The listing is the fallback (first batch, batches without a snapshot).
         """
+        w = self._warm(batch_id)
+        if w is not None:
+            return w[2]
         if batch_id > 0 and batch_id < 2**62:
             try:
                 with self.fs.open_input_stream(f"{self.dir}/{batch_id - 1}.state") as f:
@@ -133,10 +192,21 @@ class StateStore:
         with self.fs.open_input_stream(f"{self.dir}/{ids[-1]}.state") as f:
             return f.read()
 
-    def save(self, batch_id: int, data: bytes) -> None:
-        """Write the snapshot of ``batch_id`` atomically and delete snapshots no replay needs."""
+    def save(self, batch_id: int, data: bytes, summary: tuple | None = None,
+             live=None) -> None:
+        """Write the snapshot of ``batch_id`` atomically and delete snapshots no replay needs;
+        on a local work directory remember it in this process (:data:`_WARM`; ``summary``:
+        :func:`_summary` of it, ``live``: the state it was made from, for the next batch)."""
         self.fs.create_dir(self.dir, recursive=True)
-        atomic_write(f"{self.dir}/{batch_id}.state", data, fs=self.fs)
+        path = f"{self.dir}/{batch_id}.state"
+        _WARM.pop(self.dir, None)
+        atomic_write(path, data, fs=self.fs)
+        if self.local:
+            ident = _identity(path)
+            if ident is not None:
+                _WARM[self.dir] = (batch_id, ident, data,
+                                   _summary(serde.unpackb(data)) if summary is None else summary,
+                                   live)
         ids = self._ids()
         for old in ids[:-KEEP_SNAPSHOTS]:
             if old < batch_id:
@@ -146,17 +216,11 @@ class StateStore:
                     pass
 
 
-def _mark_of(data: bytes) -> tuple[int | None, bool]:
-    st = serde.unpackb(data)
-    mark = st.get("mark", st.get("fwd"))
-    return (None if mark is None else int(mark)), bool(st.get("ended"))
-
-
 def partition_marker(state_dir: str, part: int, batch_id: int) -> tuple[int | None, bool] | None:
     """The watermark and end-of-stream flag one partition of a stateful node forwarded after
     micro-batch ``batch_id`` (from its snapshot; None if it has none)."""
-    snap = StateStore(state_dir, part).load_before(batch_id + 1)
-    return None if snap is None else _mark_of(snap)
+    got = StateStore(state_dir, part).summary_before(batch_id + 1)
+    return None if got is None else got[:2]
 
 
 def node_marker(state_dir: str, batch_id: int) -> tuple[int | None, bool] | None:
@@ -282,14 +346,11 @@ def _markers(spec: TaskSpec, batch_id: int, part: int = 0):
         # Fused after another stateful node: what that node forwarded after this batch (its
         # snapshot of the batch is saved: its output was read to the end), as the offset of its
         # topic would carry it.
-        snap = StateStore(spec.upstream, part).load_before(batch_id + 1)
-        if snap is None:
+        got = StateStore(spec.upstream, part).summary_before(batch_id + 1)
+        if got is None:
             return [None], None
-        st = serde.unpackb(snap)
-        wm, eos = _mark_of(snap)
-        step = st.get("last_step")
-        return [TopicOffset("", 0, wm, eos, None if step is None else int(step))], (
-            None if step is None else int(step))
+        wm, eos, step = got
+        return [TopicOffset("", 0, wm, eos, step)], step
 
     offs = batch_markers(spec.checkpoint, batch_id)
     by_id = {o.topic_id: o for o in offs}
@@ -322,12 +383,20 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     node = spec.node
     n_in = len(spec.in_schemas)
     store = StateStore(spec.state_dir, part)
-    d = NodeDriver(node.name, build_operator(node), n_in, merge=isinstance(node, MergeNode),
-                   split=isinstance(node, SplitNode))
+    live = store.take_live(batch_id)
+    snap = None
+    if live is not None:
+        # this process ran the previous batch of this partition and saved its snapshot
+        d, (last_step, fwd, mark, ends_at, last_tag) = live
+    else:
+        d = NodeDriver(node.name, build_operator(node), n_in, merge=isinstance(node, MergeNode),
+                       split=isinstance(node, SplitNode))
+        snap = store.load_before(batch_id)
     d.batch = batch_id
     d.check = False  # every save below validates the state (snapshot_state)
-    snap = store.load_before(batch_id)
-    if snap is not None:
+    if live is not None:
+        pass
+    elif snap is not None:
         st = serde.unpackb(snap)
         if st["op"]:
             d.op.restore(st["op"])
@@ -426,10 +495,11 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         if d.all_inputs_ended:
             call(d.end, tag(s, PHASE_END))
 
-    store.save(batch_id, serde.packb({
-        "op": snapshot_state(d.op, node.name), **d.state(),
-        "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
-        "last_tag": last_tag}))
+    st = {"op": snapshot_state(d.op, node.name), **d.state(),
+          "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
+          "last_tag": last_tag}
+    store.save(batch_id, serde.packb(st), summary=_summary(st),
+               live=(d, (last_step, fwd, mark, list(ends_at), last_tag)))
     if spec.workdir:
         from epic.spark.crash import crash_point
 
