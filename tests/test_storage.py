@@ -284,10 +284,10 @@ def test_s3_json_read_while_a_writer_replaces_it_is_never_cut(s3):
     assert read_small_json(f"{s3}/race/absent.json") is None
 
 
-def test_state_store_hands_the_saved_state_to_the_next_batch_in_this_process(tmp_path):
-    """A local StateStore remembers the snapshot this process saved last: the next batch takes
-    its live state once (no read, unpack, restore), consumers read its summary, and any other
-    file at that name (rewritten, deleted) or another batch id falls back to the files."""
+def test_state_store_remembers_the_marker_summary_it_saved(tmp_path):
+    """A local StateStore remembers the summary (watermark, end, last step) of the snapshot this
+    process saved last, for the batch after it; another process (an empty cache), a file
+    rewritten or deleted behind it, or another batch id read the files, with the same answers."""
     import os
 
     from epic import serde
@@ -296,26 +296,23 @@ def test_state_store_hands_the_saved_state_to_the_next_batch_in_this_process(tmp
 
     st = StateStore(str(tmp_path / "state" / "w"), 0)
     for b in range(3):
-        st.save(b, serde.packb({"mark": 10 * b, "ended": False, "last_step": b}),
-                live=("state", b))
-    assert st.take_live(2) is None and st.take_live(4) is None   # not the batch after 2
+        st.save(b, serde.packb({"mark": 10 * b, "ended": False, "last_step": b}))
+    assert st._warm(3) is not None and st._warm(2) is None
     assert st.summary_before(3) == (20, False, 2)
-    assert st.take_live(3) == ("state", 2)
-    assert st.take_live(3) is None                                # taken once
-    assert st.summary_before(3) == (20, False, 2)                 # the summary stays
+    assert st.summary_before(2) == (10, False, 1)               # from the file
     assert partition_marker(str(tmp_path / "state" / "w"), 0, 2) == (20, False)
-    # another process's view: the files alone give the same answers
-    tasks._WARM.clear()
+    tasks._WARM.clear()                                          # another process's view
     assert st.summary_before(3) == (20, False, 2)
     assert serde.unpackb(st.load_before(3))["mark"] == 20
     # a snapshot file replaced behind this process's back is read from disk
-    st.save(3, serde.packb({"mark": 30, "ended": True, "last_step": 3}), live=("state", 3))
+    st.save(3, serde.packb({"mark": 30, "ended": True, "last_step": 3}))
+    assert st.summary_before(4) == (30, True, 3)
     path = os.path.join(st.dir, "3.state")
     os.replace(path, path + ".x")
     with open(path, "wb") as f:
         f.write(serde.packb({"mark": 31, "ended": True, "last_step": 3}))
     os.remove(path + ".x")
-    assert st.take_live(4) is None
+    assert st._warm(4) is None
     assert st.summary_before(4) == (31, True, 3)
     assert node_marker(str(tmp_path / "state" / "w"), 3) == (31, True)
     os.remove(path)

@@ -68,9 +68,10 @@ class Launcher:
 
     def start_all(self) -> None:
         """Start every query in topological order, at most :attr:`starting` initialising at once;
-        in reverse topological order when a source is live (unbounded or paced): a live source's
-        rows are due from the moment its query reads, so the queries downstream are ready first
-        and no row waits for a query still initialising.
+        in reverse topological order when a source is live (unbounded or paced), the queries that
+        read a live source (alone or as a merge's inlet) last: a live source's rows are due from
+        the moment its query reads, so the queries downstream are ready first and no row waits
+        for a query still initialising.
 
         A query's initialisation is Spark spawning a fresh Python planner process for its data
         source (about 0.9 s here), so a deploy of many queries waits about that long per query
@@ -84,7 +85,8 @@ class Launcher:
         starting = self.starting
         queries = self.plan.queries()
         if any(getattr(n.source, "live", False) for n in self.plan.sources):
-            queries = queries[::-1]
+            # the queries reading a live source (alone or as a merge's inlet) last
+            queries = sorted(queries[::-1], key=lambda q: q.live)
         for qp in queries:
             safe = re.sub(r"\W", "_", qp.name)
             src = reader_source(f"epic_group_{self.tag}_{safe}", qp.schema, qp.make_planner,

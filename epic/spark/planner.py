@@ -262,7 +262,8 @@ def plan_units(topology: Topology, groups: list[list]) -> list[list[list]]:
 @dataclass
 class QueryPlan:
     """One streaming query: its name, checkpoint, the schema of the rows Spark carries (commit
-    messages), and factories of its planner and committer (:mod:`epic.spark.direct`)."""
+    messages), factories of its planner and committer (:mod:`epic.spark.direct`), and whether
+    it reads a live source (alone or as an inlet)."""
 
     name: str
     checkpoint: str
@@ -270,6 +271,7 @@ class QueryPlan:
     make_planner: object
     committer: object
     batch_rows: int
+    live: bool = False
 
 
 class DeployPlan:
@@ -448,7 +450,7 @@ class DeployPlan:
             rows = own if rows is None else min(rows, own)
             return PlanInput("source", SourcePlanner(
                 node, source_index=self.sources.index(node), n_sources=len(self.sources),
-                workdir=self.workdir, prefetch=True))
+                workdir=self.workdir, prefetch=True, shared=len(head.inputs) > 1))
 
         if isinstance(head, SourceNode):
             inputs = [source_input(head)]
@@ -475,7 +477,8 @@ class DeployPlan:
                 ids.append(topic.manifest.topic_id)
         branches = [self._branch(g, ckpt, ids) for g in unit]
         # An inlet's stateless nodes, run over its input's rows before the merge.
-        inlet_pre = {i: [self._spec(n, ckpt, ids) for n in g[1:]] for i, g in inlets.items()}
+        inlet_pre = {i: [self._spec(n, ckpt, ids, inner=isinstance(n, SplitNode)) for n in g[1:]]
+                     for i, g in inlets.items()}
         st = next((n for n in unit[0] if self.modes.get(n.name, "stateless") != "stateless"),
                   None)
         plan = GroupPlan(
@@ -490,7 +493,8 @@ class DeployPlan:
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
                          make_planner=functools.partial(GroupPlanner, plan, inputs, rows),
                          committer=Committer(plan.outputs, plan.name, plan.trace),
-                         batch_rows=rows)
+                         batch_rows=rows,
+                         live=any(x.kind == "source" and not x.planner.bounded for x in inputs))
 
     def _spec(self, n, ckpt: str, ids: list, upstream=None, inner: bool = False):
         """The task spec of node ``n`` in the query with checkpoint ``ckpt`` and inputs ``ids``

@@ -134,20 +134,24 @@ class SourcePlanner:
         workdir: the deploy's work directory (crash points of the tests).
         prefetch: read a bounded source on a background thread too, ahead of the planner
             (parsing overlaps the tasks of the previous micro-batch).
+        shared: the query has other inputs too (an inlet of a merge,
+            :func:`epic.spark.planner.plan_inlets`): a live source's micro-batch takes what has
+            arrived without waiting for a first item, so a quiet feed never holds up the others.
     """
 
     def __init__(self, node, *, source_index: int, n_sources: int, workdir: str = "",
-                 prefetch: bool = False):
+                 prefetch: bool = False, shared: bool = False):
         self.node = node
         self.source_index = source_index
         self.n_sources = n_sources
         self.workdir = workdir
         self.prefetch = prefetch
+        self.shared = shared
         self._reset()
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in ("node", "source_index", "n_sources", "workdir",
-                                               "prefetch")}
+                                               "prefetch", "shared")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -311,7 +315,7 @@ class SourcePlanner:
         self._seek(start)
         max_rows = getattr(limit, "max_rows", None)
         rows = 0
-        block = True
+        block = self.bounded or not self.shared
         while max_rows is None or rows < max_rows:
             if not self._pull(block):
                 break

@@ -46,13 +46,12 @@ __all__ = ["TaskSpec", "StateStore", "run_stateless", "run_stateful", "node_mark
 #: How many snapshots per partition are kept (older ones are deleted).
 KEEP_SNAPSHOTS = 3
 
-#: This worker process's newest snapshot of each node partition it ran (local work directories
-#: only): ``partition directory -> (batch id, file identity, snapshot bytes, summary, live)``.
-#: ``summary`` is what consumers read from a snapshot (:func:`_summary`); ``live`` the node's
-#: driver and bookkeeping after that batch, which the next micro-batch's task in this process
-#: takes over instead of reading, unpacking and restoring the snapshot it has just written. An
-#: entry is used only while the file is still the one written (same inode, size and mtime), and
-#: ``live`` is taken out while a task runs, so a failed task leaves none behind.
+#: This worker process's newest snapshot of each node partition it saved (local work directories
+#: only): ``partition directory -> (batch id, file identity, summary)``, ``summary`` being what
+#: consumers read from a snapshot (:func:`_summary`). The nodes attached after a stateful node in
+#: one task, and a topic writer stamping its partition's marker, read it from here instead of
+#: reading and unpacking the whole snapshot the task has just written; used only while the file
+#: is still the one written (same inode, size and mtime).
 _WARM: dict[str, tuple] = {}
 
 
@@ -144,20 +143,11 @@ class StateStore:
             return None
         return w
 
-    def take_live(self, batch_id: int):
-        """The node's live state after ``batch_id - 1`` if this process ran that batch and
-        saved it (see :data:`_WARM`), taken out of the cache; else None."""
-        w = self._warm(batch_id)
-        if w is None or w[4] is None:
-            return None
-        _WARM[self.dir] = (*w[:4], None)
-        return w[4]
-
     def summary_before(self, batch_id: int) -> tuple | None:
         """:func:`_summary` of the snapshot :meth:`load_before` would return (None: none)."""
         w = self._warm(batch_id)
         if w is not None:
-            return w[3]
+            return w[2]
         snap = self.load_before(batch_id)
         return None if snap is None else _summary(serde.unpackb(snap))
 
@@ -177,9 +167,6 @@ class StateStore:
         an older snapshot; an open by name revalidates the entry (NFS close-to-open
         consistency). The listing is the fallback (first batch, batches without a snapshot).
         """
-        w = self._warm(batch_id)
-        if w is not None:
-            return w[2]
         if batch_id > 0 and batch_id < 2**62:
             try:
                 with self.fs.open_input_stream(f"{self.dir}/{batch_id - 1}.state") as f:
@@ -192,11 +179,10 @@ class StateStore:
         with self.fs.open_input_stream(f"{self.dir}/{ids[-1]}.state") as f:
             return f.read()
 
-    def save(self, batch_id: int, data: bytes, summary: tuple | None = None,
-             live=None) -> None:
+    def save(self, batch_id: int, data: bytes, summary: tuple | None = None) -> None:
         """Write the snapshot of ``batch_id`` atomically and delete snapshots no replay needs;
-        on a local work directory remember it in this process (:data:`_WARM`; ``summary``:
-        :func:`_summary` of it, ``live``: the state it was made from, for the next batch)."""
+        on a local work directory remember its summary in this process (:data:`_WARM`;
+        ``summary``: :func:`_summary` of it, computed from ``data`` if not given)."""
         self.fs.create_dir(self.dir, recursive=True)
         path = f"{self.dir}/{batch_id}.state"
         _WARM.pop(self.dir, None)
@@ -204,9 +190,8 @@ class StateStore:
         if self.local:
             ident = _identity(path)
             if ident is not None:
-                _WARM[self.dir] = (batch_id, ident, data,
-                                   _summary(serde.unpackb(data)) if summary is None else summary,
-                                   live)
+                _WARM[self.dir] = (batch_id, ident,
+                                   _summary(serde.unpackb(data)) if summary is None else summary)
         ids = self._ids()
         for old in ids[:-KEEP_SNAPSHOTS]:
             if old < batch_id:
@@ -383,20 +368,12 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     node = spec.node
     n_in = len(spec.in_schemas)
     store = StateStore(spec.state_dir, part)
-    live = store.take_live(batch_id)
-    snap = None
-    if live is not None:
-        # this process ran the previous batch of this partition and saved its snapshot
-        d, (last_step, fwd, mark, ends_at, last_tag) = live
-    else:
-        d = NodeDriver(node.name, build_operator(node), n_in, merge=isinstance(node, MergeNode),
-                       split=isinstance(node, SplitNode))
-        snap = store.load_before(batch_id)
+    d = NodeDriver(node.name, build_operator(node), n_in, merge=isinstance(node, MergeNode),
+                   split=isinstance(node, SplitNode))
     d.batch = batch_id
     d.check = False  # every save below validates the state (snapshot_state)
-    if live is not None:
-        pass
-    elif snap is not None:
+    snap = store.load_before(batch_id)
+    if snap is not None:
         st = serde.unpackb(snap)
         if st["op"]:
             d.op.restore(st["op"])
@@ -498,8 +475,7 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     st = {"op": snapshot_state(d.op, node.name), **d.state(),
           "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
           "last_tag": last_tag}
-    store.save(batch_id, serde.packb(st), summary=_summary(st),
-               live=(d, (last_step, fwd, mark, list(ends_at), last_tag)))
+    store.save(batch_id, serde.packb(st), summary=_summary(st))
     if spec.workdir:
         from epic.spark.crash import crash_point
 

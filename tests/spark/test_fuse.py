@@ -309,6 +309,8 @@ MERGED = textwrap.dedent('''
     a = topology.source("left", epic.iterator_source(left, schema=sch, time="ts", unit="ms",
                                                      batch_rows=90, lateness=0.05))
     a = topology.filter_rows("left_odd", topology.map_rows("left_scaled", a, scaled), odd_v)
+    # a splitstream with one output routes and filters like a stateless node
+    (a,) = topology.splitstream("left_route", a, 1, lambda i, r: r["v"] % 5 != 0)
     b = topology.source("right", epic.iterator_source(right, schema=sch, time="ts", unit="ms",
                                                       batch_rows=70, lateness=0.05))
     m = topology.merge("both", [a, b])
@@ -341,23 +343,24 @@ def test_plan_inlets(tmp_path):
     t = load_topology(topo, params={"out": str(tmp_path / "o")})
     plan = DeployPlan(t, str(tmp_path / "wd"), partitions=2, fuse=True, batch_rows=100)
     assert {h: {i: group_name(g) for i, g in d.items()} for h, d in plan.inlets.items()} == {
-        "both": {0: "left+left_scaled+left_odd", 1: "right"}}
+        "both": {0: "left+left_scaled+left_odd+left_route", 1: "right"}}
     assert [plan.unit_name(u) for u in plan.units] == [
-        "left+left_scaled+left_odd+right+both+stamp+counts+out"]
+        "left+left_scaled+left_odd+left_route+right+both+stamp+counts+out"]
     plan.create_topics()
     assert not (tmp_path / "wd" / "topics").exists() or not os.listdir(tmp_path / "wd" / "topics")
     t2 = load_topology(topo, params={"out": str(tmp_path / "o"), "shared": "yes"})
     plan2 = DeployPlan(t2, str(tmp_path / "wd2"), partitions=2, fuse=True, batch_rows=100)
     assert [plan2.unit_name(u) for u in plan2.units] == [
-        "right", "left+left_scaled+left_odd+both+stamp+counts+out", "right_out"]
-    assert plan2.node_topics(t2.node("right")) and not plan2.node_topics(t2.node("left_odd"))
+        "right", "left+left_scaled+left_odd+left_route+both+stamp+counts+out", "right_out"]
+    assert plan2.node_topics(t2.node("right")) and not plan2.node_topics(t2.node("left_route"))
     unfused = DeployPlan(t, str(tmp_path / "wd3"), partitions=2, fuse=False, batch_rows=100)
     assert not unfused.inlets and len(unfused.units) == len(t.nodes)
 
 
 @pytest.mark.parametrize("shared", ["no", pytest.param("yes", marks=pytest.mark.slow)])
 def test_merge_of_inlets_equals_run_also_after_kills(tmp_path, shared):
-    """Two disordered sources, one through a map and a filter, merged, through a global process,
+    """Two disordered sources, one through a map, a filter and a one-output splitstream, merged,
+    through a global process,
     counted in windows of 40 rows: the merge's query plans both sources
     itself (inlets; ``shared``: the right one also feeds a sink, so it stays a topic). The file
     equals epic run's, also after SIGKILLs while planning a source and after a snapshot."""
@@ -373,7 +376,7 @@ def test_merge_of_inlets_equals_run_also_after_kills(tmp_path, shared):
     last = _deploy(topo, tmp_path / "wd", tmp_path / "out", None, params)
     assert last.returncode == 0, last.stderr[-3000:]
     status = json.loads((tmp_path / "wd" / "status.json").read_text())
-    assert "left+left_scaled+left_odd+" + ("" if shared == "yes" else "right+") + \
+    assert "left+left_scaled+left_odd+left_route+" + ("" if shared == "yes" else "right+") + \
         "both+stamp+counts+out" in status["nodes"]
     for n in names:
         assert _lines(tmp_path / "out" / n) == want[n], n

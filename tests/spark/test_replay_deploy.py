@@ -131,3 +131,39 @@ def test_live_source_opens_after_an_empty_first_batch():
     bounded = SourcePlanner(t0.nodes["events"], source_index=0, n_sources=1)
     first = bounded.latestOffset(bounded.initialOffset(), ReadMaxRows(1_000_000))
     assert first["seq"] >= 1 and "ready" not in first
+
+
+def test_live_source_beside_other_inputs_plans_without_waiting():
+    """No JVM: a live source alone waits (up to its limit) for a first item to plan; one that
+    shares its query with other inputs (a merge's inlet, ``shared``) plans what has arrived,
+    even nothing, so a quiet feed never holds up the others' micro-batches."""
+    import threading
+
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    import epic
+    from epic.spark.source_query import SourcePlanner
+
+    gate = threading.Event()
+
+    def feed():
+        gate.wait(5)                        # quiet for up to 5 s, then one row and the end
+        yield {"ts": 1, "v": 1}
+
+    t = epic.Topology("quiet")
+    src = t.source("feed", epic.iterator_source(feed, schema={"ts": "int64", "v": "int64"},
+                                                time="ts", unit="s", bounded=False))
+    t.sink("out", src, epic.collect_sink())
+    node = t.nodes["feed"]
+    shared = SourcePlanner(node, source_index=0, n_sources=1, shared=True)
+    start = shared.latestOffset(shared.initialOffset(), ReadMaxRows(1000))  # the empty batch
+    began = time.monotonic()
+    end = shared.latestOffset(start, ReadMaxRows(1000))
+    assert time.monotonic() - began < 1.0 and end["seq"] == start["seq"]
+    alone = SourcePlanner(node, source_index=0, n_sources=1)
+    start = alone.latestOffset(alone.initialOffset(), ReadMaxRows(1000))
+    threading.Timer(0.5, gate.set).start()
+    began = time.monotonic()
+    end = alone.latestOffset(start, ReadMaxRows(1000))
+    assert time.monotonic() - began >= 0.4 and end["seq"] >= 1
+    gate.set()
