@@ -139,8 +139,9 @@ def _same(a: tuple, b: tuple) -> bool:
 def test_debs_deploy_equals_run(spark, tmp_path, queries):
     """The DEBS 2013 topology on a tiny generated game (EPIC's 1 s emission periods, to keep it
     quick), deployed with --fuse: each file holds epic run's rows, last ones included. With Q2
-    and Q4 only, the splitter has one output and runs in one query with the merge before it and
-    the ball hitter after it (a global chain), whose topic feeds Q2's and Q4's queries."""
+    and Q4 only, the splitter has one output and runs in one query with the readers and the merge
+    before it and the ball hitter after it (a global chain), whose topic feeds Q2's and Q4's
+    queries."""
     from debs2013.dataflow import OUTPUT_FILES
     from debs2013.generator import generate_game
 
@@ -155,7 +156,9 @@ def test_debs_deploy_equals_run(spark, tmp_path, queries):
     files = sorted(f for f, (q, _) in OUTPUT_FILES.items() if q in queries.split(","))
     assert sorted(p.name for p in (tmp_path / "ref").glob("*.csv")) == files
     if queries == "q2,q4":
-        assert "merge_by_time+debs_splitter+q2_ball_hitter" in result.status["nodes"]
+        # the readers are the merge's inlets (planner.plan_inlets)
+        assert ("event_reader+mark_events+interrupt_reader+merge_by_time+debs_splitter"
+                "+q2_ball_hitter") in result.status["nodes"]
     for name in files:
         want_header, want = _rows(tmp_path / "ref" / name)
         got_header, got = _rows(tmp_path / "dep" / name)

@@ -54,7 +54,7 @@ def test_plan_groups():
                       params={"replicas": "2", "out": "/tmp/x"})
     # the round-robin merge, its global reduce window and the sink: one query
     assert "rr-merge+rr-reduce+combined" in [group_name(g) for g in plan_groups(t)]
-    chain = load_topology(_chain_file("/tmp/x"), params={"out": "/tmp/x"})
+    chain = load_topology(_topology_file("/tmp/x", "chain", CHAIN), params={"out": "/tmp/x"})
     assert [group_name(g) for g in plan_groups(chain)] == ["readings+sorter+stamp+counts+out"]
     # DEBS Q4 alone: the splitter has one output, so the merge, the splitter, the ball hitter and
     # the shot detector (all global) and the CSV sink are one query; with all four queries the
@@ -176,11 +176,23 @@ CHAIN = textwrap.dedent('''
 ''')
 
 
-def _chain_file(d) -> str:
-    path = os.path.join(d, "chain_topology.py")
+def _killed_then_rerun(topo, tmp_path, crashes, params) -> dict:
+    """Deploy ``topo`` into ``tmp_path/wd`` (outputs in ``tmp_path/out``), SIGKILLed at each
+    crash point in turn, then to the end; the final status document."""
+    for crash in crashes:
+        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, params)
+        assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
+    last = _deploy(topo, tmp_path / "wd", tmp_path / "out", None, params)
+    assert last.returncode == 0, last.stderr[-3000:]
+    return json.loads((tmp_path / "wd" / "status.json").read_text())
+
+
+def _topology_file(d, name: str, text: str) -> str:
+    """``text`` written as ``<d>/<name>_topology.py``; its path."""
+    path = os.path.join(d, f"{name}_topology.py")
     os.makedirs(d, exist_ok=True)
     with open(path, "w") as f:
-        f.write(CHAIN)
+        f.write(text)
     return path
 
 
@@ -193,18 +205,13 @@ def test_global_chain_equals_run_also_after_kills(tmp_path, split):
     (``plan_attached``). Every file equals epic run's (the watermark each row met at the second
     node included), also when the deploy is SIGKILLed after snapshots of the chain's nodes and
     rerun."""
-    topo = _chain_file(str(tmp_path))
+    topo = _topology_file(str(tmp_path), "chain", CHAIN)
     params = ["--split", split]
     epic.run(load_topology(topo, params={"out": str(tmp_path / "ref"), "split": split}))
     names = ["counts.csv"] + (["pairs.csv", "small.csv"] if split == "yes" else [])
     want = {n: _lines(tmp_path / "ref" / n) for n in names}
     assert all(len(w[1]) > 5 for w in want.values()), {n: len(w[1]) for n, w in want.items()}
-    for crash in ("node-state:4", "node-state:9"):
-        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, params)
-        assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
-    last = _deploy(topo, tmp_path / "wd", tmp_path / "out", None, params)
-    assert last.returncode == 0, last.stderr[-3000:]
-    status = json.loads((tmp_path / "wd" / "status.json").read_text())
+    status = _killed_then_rerun(topo, tmp_path, ("node-state:4", "node-state:9"), params)
     # with the split, the window's output has two consumers (the sink, the split): both run
     # in the query as attached groups, as do the split's
     assert list(status["nodes"]) == ["readings+sorter+stamp+counts" + (
@@ -328,18 +335,10 @@ MERGED = textwrap.dedent('''
 ''')
 
 
-def _merged_file(d) -> str:
-    path = os.path.join(d, "merged_topology.py")
-    os.makedirs(d, exist_ok=True)
-    with open(path, "w") as f:
-        f.write(MERGED)
-    return path
-
-
 def test_plan_inlets(tmp_path):
     """A source group of stateless nodes whose only consumer is a merge is read by the merge's
     query (an inlet): no query and no topic of its own; one with another consumer is not."""
-    topo = _merged_file(str(tmp_path))
+    topo = _topology_file(str(tmp_path), "merged", MERGED)
     t = load_topology(topo, params={"out": str(tmp_path / "o")})
     plan = DeployPlan(t, str(tmp_path / "wd"), partitions=2, fuse=True, batch_rows=100)
     assert {h: {i: group_name(g) for i, g in d.items()} for h, d in plan.inlets.items()} == {
@@ -357,25 +356,21 @@ def test_plan_inlets(tmp_path):
     assert not unfused.inlets and len(unfused.units) == len(t.nodes)
 
 
-@pytest.mark.parametrize("shared", ["no", pytest.param("yes", marks=pytest.mark.slow)])
+@pytest.mark.slow   # ~55 s each; the default tier deploys DEBS's inlets (test_end_of_stream)
+@pytest.mark.parametrize("shared", ["no", "yes"])
 def test_merge_of_inlets_equals_run_also_after_kills(tmp_path, shared):
     """Two disordered sources, one through a map, a filter and a one-output splitstream, merged,
     through a global process,
     counted in windows of 40 rows: the merge's query plans both sources
     itself (inlets; ``shared``: the right one also feeds a sink, so it stays a topic). The file
     equals epic run's, also after SIGKILLs while planning a source and after a snapshot."""
-    topo = _merged_file(str(tmp_path))
+    topo = _topology_file(str(tmp_path), "merged", MERGED)
     params = ["--shared", shared]
     epic.run(load_topology(topo, params={"out": str(tmp_path / "ref"), "shared": shared}))
     names = ["counts.csv"] + (["right.csv"] if shared == "yes" else [])
     want = {n: _lines(tmp_path / "ref" / n) for n in names}
     assert len(want["counts.csv"][1]) > 20
-    for crash in ("source-plan:3", "node-state:5"):
-        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, params)
-        assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
-    last = _deploy(topo, tmp_path / "wd", tmp_path / "out", None, params)
-    assert last.returncode == 0, last.stderr[-3000:]
-    status = json.loads((tmp_path / "wd" / "status.json").read_text())
+    status = _killed_then_rerun(topo, tmp_path, ("source-plan:3", "node-state:5"), params)
     assert "left+left_scaled+left_odd+left_route+" + ("" if shared == "yes" else "right+") + \
         "both+stamp+counts+out" in status["nodes"]
     for n in names:
