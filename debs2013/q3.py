@@ -180,6 +180,13 @@ class HeatMapOperator:
         st = serde.unpack_state(data, "debs2013.q3/1")
         self._done, self._frontier, self._players = st["done"], st["frontier"], st["players"]
 
+    @property
+    def output_watermark(self) -> int | None:
+        """Watermark hold: the maps of the periods from ``_done`` on come later, stamped with
+        their period start (a player's last sample holds them back until his next one comes or
+        ``max_gap`` passes), so the watermark forwarded must not pass ``_done``."""
+        return self._done
+
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
             return []

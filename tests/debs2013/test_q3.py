@@ -120,3 +120,39 @@ def test_uda_window_and_percentages():
     assert not agg.remove(s, ([1, 5], [10, 20])).any()
     res = agg.result(agg.merge(s, s))
     assert (res["cells"].tolist(), res["times"].tolist()) == ([1, 5], [20, 40])
+
+
+def test_no_map_is_emitted_behind_the_forwarded_watermark():
+    """The runtime contract (epic/operator.py): after each call a runtime forwards
+    ``min(input watermark, output_watermark)``, and no later map may be older than that, or the
+    q3 windows drop it as late. Players whose samples stop (a gap over max_gap, the end of their
+    data) hold their last period back while the others' samples move the watermark on."""
+    from epic.operator import watermark_hold
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for sid, stop in ((47, 6 * PS), (16, 6 * PS), (13, 2 * PS + 300 * MS), (14, 4 * PS)):
+        t = int(rng.integers(0, 5 * MS))
+        while t < stop:
+            rows.append({"sid": sid, "ts": t, "x": int(rng.integers(0, 52000)),
+                         "y": int(rng.integers(-33000, 33000))})
+            t += int(rng.integers(1, 400 * MS)) if rng.random() < 0.9 else int(1.5 * PS)
+    table = game(rows)
+    checked = 0
+    for seed in range(4):
+        op = HeatMapOperator(Q3Config(origin=0, base_grid=(64, 100)))
+        forwarded = None
+        cuts = np.sort(np.random.default_rng(seed).choice(table.num_rows, 12, replace=False))
+        for a, b in zip([0, *cuts], [*cuts, table.num_rows]):
+            part = table.slice(a, b - a)
+            if not part.num_rows:
+                continue
+            wm = int(part.column("ts").to_numpy().max())
+            for out in (op.on_batch(part.to_batches()[0]), op.on_watermark(wm)):
+                for batch in out:
+                    ts = batch.column("ts").to_numpy()
+                    if forwarded is not None:
+                        assert ts.min() >= forwarded, (seed, int(ts.min()), forwarded)
+                    checked += len(ts)
+                forwarded = watermark_hold(op, wm)
+    assert checked > 20
