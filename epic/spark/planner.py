@@ -95,6 +95,15 @@ def plan_modes(topology: Topology) -> dict[str, str]:
     return out
 
 
+def _consumers(topology: Topology) -> dict[str, list[str]]:
+    """Node name -> the names of the nodes reading any of its outputs, in topological order."""
+    out: dict[str, list[str]] = {}
+    for n in topology.topological_order():
+        for st in n.inputs:
+            out.setdefault(st.node, []).append(n.name)
+    return out
+
+
 def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
     """The nodes each query runs, in topological order of their first node (``--fuse``).
 
@@ -111,10 +120,7 @@ def plan_groups(topology: Topology, fuse: bool = True) -> list[list]:
     if not fuse:
         return [[n] for n in order]
     modes = plan_modes(topology)
-    consumers: dict[str, list[str]] = {}
-    for n in order:
-        for st in n.inputs:
-            consumers.setdefault(st.node, []).append(n.name)
+    consumers = _consumers(topology)
     group_of: dict[str, list] = {}
     groups: list[list] = []
     for n in order:
@@ -200,10 +206,7 @@ def plan_inlets(topology: Topology, groups: list[list]) -> dict[str, dict[int, l
     outputs (DEBS: the paced game reader and its markers into ``merge_by_time``).
     """
     modes = plan_modes(topology)
-    consumers: dict[str, list[str]] = {}
-    for n in topology.topological_order():
-        for st in n.inputs:
-            consumers.setdefault(st.node, []).append(n.name)
+    consumers = _consumers(topology)
     by_last = {g[-1].name: g for g in groups}
     out: dict[str, dict[int, list]] = {}
     for g in groups:
@@ -315,24 +318,28 @@ class DeployPlan:
         #: of the merge's group -> {input index: source group}.
         self.inlets = plan_inlets(topology, self.groups) if fuse else {}
         inlet_groups = [g for d in self.inlets.values() for g in d.values()]
+        inlet_heads = {g[0].name for g in inlet_groups}
         roots = [g for g in self.groups if g[0].name not in self.attached
-                 and not any(g is x for x in inlet_groups)]
+                 and g[0].name not in inlet_heads]
         self.units = plan_units(topology, roots) if fuse else [[g] for g in self.groups]
         # Nodes whose output stays inside a fused query: no topic.
         self.internal = ({n.name for g in self.groups for n in g[:-1]}
                          | {g[-1].name for g in inlet_groups})
 
+    def _with_inlets(self, group: list, name: str) -> str:
+        """``name`` (of ``group`` or its unit) after the names of the group's inlets."""
+        pre = [group_name(g) for _, g in sorted(self.inlets.get(group[0].name, {}).items())]
+        return "+".join(pre + [name])
+
     def unit_name(self, unit: list) -> str:
         """The query (and checkpoint) name of a unit (:func:`unit_name`), its inlets' nodes
         first: ``event_reader+mark_events+merge_by_time+...``."""
-        pre = [group_name(g) for _, g in sorted(self.inlets.get(unit[0][0].name, {}).items())]
-        return "+".join(pre + [unit_name(unit)])
+        return self._with_inlets(unit[0], unit_name(unit))
 
     def producer(self, group: list) -> str:
         """The producer name of ``group``'s topic segments: its nodes (after its inlets' nodes,
         as the query name has them) joined by ``__``."""
-        pre = [group_name(g) for _, g in sorted(self.inlets.get(group[0].name, {}).items())]
-        return "+".join(pre + [group_name(group)]).replace("+", "__")
+        return self._with_inlets(group, group_name(group)).replace("+", "__")
 
     # -- layout ----------------------------------------------------------------------------
     def ckpt(self, query: str) -> str:
