@@ -703,7 +703,10 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
                      if how == "drop" and q in wanted)
     if drop:
         game = t.process("game_state", game, GameState)
-    ports = tuple(p for p, qs in (("q1", {"q1"}), ("q2q4", {"q2", "q4"}), ("q3", {"q3"}))
+    # Q2 / Q4 first: in a deploy their nodes then run first in the task that runs all the
+    # splitter's consumers (docs/deploy.md, "--fuse"), ahead of Q1's and Q3's per-row work, which
+    # their real-time delays would otherwise wait for (issue 16, point 6).
+    ports = tuple(p for p, qs in (("q2q4", {"q2", "q4"}), ("q1", {"q1"}), ("q3", {"q3"}))
                   if qs & wanted)
     shoes = (roster.player_of >= 0) & (roster.slot_of >= 0) & (roster.slot_of <= 1)
     scope = (tuple(C.HALVES[h] for h in (1, 2)) if opts.scope == "halves" else None)
@@ -714,6 +717,31 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
     inputs = dict(zip(ports, split))
 
     sinks = _Sinks(t, opts)
+
+    # -- Q2 / Q4: ball possession and shots on goal (figure 3) ------------------------------------
+    if wanted & {"q2", "q4"}:
+        balls = t.process("q2_ball_hitter", inputs["q2q4"], functools.partial(
+            BallHitter, q2cfg, roster, "q4" in wanted))
+        if "q4" in wanted:
+            shots = t.process("q4_shots", balls, functools.partial(ShotOperator, opts.q4))
+            sinks.add("q4", shots, Q4_SCHEMA.names)
+        if "q2" in wanted:
+            poss = t.process("q2_possession", balls,
+                             functools.partial(PossessionOperator, q2cfg, roster, "both"))
+            player, slices0 = t.splitstream("q2_split", poss, 2, epic.vector_split(
+                KindIs(("player", "slice")),
+                project=[PLAYER_POSSESSION_SCHEMA.names, ["ts", "time_a", "time_b"]]))
+            sinks.add("q2playerpossession", player, PLAYER_POSSESSION_SCHEMA.names)
+            slices = t.map("q2_slice_end", slices0, AtSliceEnd(q2cfg.team_period_ps))
+            share = epic.AggSpec(TeamShare(), ("time_a", "time_b"), "share")
+            slices = play("q2_play_time", slices)
+            for label, length in _Q2_WINDOWS:
+                w = t.window(f"q2team_{label}_window", slices,
+                             _window_spec(length, q2cfg.team_period_ps, origin),
+                             aggregates=[share], late=_LATE)
+                rows = t.map(f"q2team_{label}_rows", w, to_event(team_rows),
+                             schema=TEAM_POSSESSION_SCHEMA, time="ts")
+                sinks.add(f"q2teampossession_{label}", rows, TEAM_POSSESSION_SCHEMA.names)
 
     # -- Q1: running analysis (figure 2) -------------------------------------------------------
     if "q1" in wanted:
@@ -733,31 +761,6 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
             rows = t.map(f"q1b_{label}_rows", w, to_event(q1b_rows), schema=Q1B_SCHEMA,
                          time="ts")
             sinks.add(f"q1b_{label}", rows, Q1B_SCHEMA.names)
-
-    # -- Q2 / Q4: ball possession and shots on goal (figure 3) ------------------------------------
-    if wanted & {"q2", "q4"}:
-        balls = t.process("q2_ball_hitter", inputs["q2q4"], functools.partial(
-            BallHitter, q2cfg, roster, "q4" in wanted))
-        if "q2" in wanted:
-            poss = t.process("q2_possession", balls,
-                             functools.partial(PossessionOperator, q2cfg, roster, "both"))
-            player, slices0 = t.splitstream("q2_split", poss, 2, epic.vector_split(
-                KindIs(("player", "slice")),
-                project=[PLAYER_POSSESSION_SCHEMA.names, ["ts", "time_a", "time_b"]]))
-            sinks.add("q2playerpossession", player, PLAYER_POSSESSION_SCHEMA.names)
-            slices = t.map("q2_slice_end", slices0, AtSliceEnd(q2cfg.team_period_ps))
-            share = epic.AggSpec(TeamShare(), ("time_a", "time_b"), "share")
-            slices = play("q2_play_time", slices)
-            for label, length in _Q2_WINDOWS:
-                w = t.window(f"q2team_{label}_window", slices,
-                             _window_spec(length, q2cfg.team_period_ps, origin),
-                             aggregates=[share], late=_LATE)
-                rows = t.map(f"q2team_{label}_rows", w, to_event(team_rows),
-                             schema=TEAM_POSSESSION_SCHEMA, time="ts")
-                sinks.add(f"q2teampossession_{label}", rows, TEAM_POSSESSION_SCHEMA.names)
-        if "q4" in wanted:
-            shots = t.process("q4_shots", balls, functools.partial(ShotOperator, opts.q4))
-            sinks.add("q4", shots, Q4_SCHEMA.names)
 
     # -- Q3: heat map (figure 4) ------------------------------------------------------------------
     if "q3" in wanted:
