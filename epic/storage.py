@@ -39,8 +39,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
@@ -49,6 +51,7 @@ import pyarrow.fs as pafs
 from .errors import SpecError
 
 __all__ = ["Location", "resolve", "check_uri", "store_kind", "commit_rule", "publish", "fsync_local",
+           "deferred_sync",
            "read_small", "read_small_json", "REMOTE_SCHEMES", "LOCAL"]
 
 #: The local file system (one instance: it holds no state).
@@ -104,10 +107,91 @@ def fsync_local(fs: pafs.FileSystem, path: str, *, directory: bool = False) -> N
     if not isinstance(fs, pafs.LocalFileSystem):
         return
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    pending = getattr(_DEFERRED, "pending", None)
+    if pending is not None:
+        # Inside deferred_sync(): the descriptor is kept (it still names the file after a
+        # rename) and synced when the block ends.
+        if directory:
+            if path in pending.dirs:
+                os.close(fd)
+            else:
+                pending.dirs[path] = fd
+        else:
+            pending.files.append(fd)
+        return
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class _Pending:
+    def __init__(self):
+        self.files: list[int] = []
+        self.dirs: dict[str, int] = {}
+
+    def sync(self) -> None:
+        """fsync the files, then the directories; several at once (the file system's journal
+        commits them together)."""
+        for group in (self.files, list(self.dirs.values())):
+            if len(group) > 2:
+                list(_sync_pool().map(os.fsync, group))
+            else:
+                for fd in group:
+                    os.fsync(fd)
+
+    def close(self) -> None:
+        for fd in [*self.files, *self.dirs.values()]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.files, self.dirs = [], {}
+
+
+_POOL: tuple[int, object] | None = None
+
+
+def _sync_pool():
+    """This process's threads for :meth:`_Pending.sync` (made once per process: a forked child
+    gets none of its parent's threads)."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = (os.getpid(), ThreadPoolExecutor(8, thread_name_prefix="epic-fsync"))
+    return _POOL[1]
+
+
+#: Per thread, ``pending``: the fsyncs a :func:`deferred_sync` block has put off (absent or None:
+#: outside one).
+_DEFERRED = threading.local()
+
+
+@contextmanager
+def deferred_sync():
+    """Put off this thread's :func:`fsync_local` calls to the end of the block, where they run
+    together, before the block returns: what was written inside is durable when it ends, not
+    step by step.
+
+    For work whose result counts only once the block ends: a Spark task's snapshots and topic
+    segments matter only once its micro-batch commits, after the task returned (a crash before
+    that replays the batch, which writes them again), so the fsyncs leave the path between a
+    row's arrival and its output. A rename inside the block may thus reach the disk before the
+    renamed file's data; a crash in between leaves a file of a batch that never committed. Nested
+    blocks join the outermost one. An exception skips the syncs (the work is void).
+    """
+    if getattr(_DEFERRED, "pending", None) is not None:
+        yield
+        return
+    pending = _DEFERRED.pending = _Pending()
+    try:
+        yield
+        _DEFERRED.pending = None
+        pending.sync()
+    finally:
+        _DEFERRED.pending = None
+        pending.close()
 
 
 def publish(fs: pafs.FileSystem, path: str, data: bytes) -> None:

@@ -317,3 +317,41 @@ def test_state_store_remembers_the_marker_summary_it_saved(tmp_path):
     assert node_marker(str(tmp_path / "state" / "w"), 3) == (31, True)
     os.remove(path)
     assert st.summary_before(4) == (20, False, 2)
+
+
+def test_deferred_sync_syncs_every_file_and_directory_once_at_the_end(tmp_path, monkeypatch):
+    """Inside ``deferred_sync`` a publish syncs nothing yet; at the end every published file
+    (through the descriptor it had before its rename) and each directory once are synced; an
+    exception syncs nothing, and every descriptor is closed either way."""
+    import epic.storage as storage
+
+    synced: list[tuple[int, int]] = []          # (inode, device) of each fsync
+    real = os.fsync
+    monkeypatch.setattr(storage.os, "fsync",
+                        lambda fd: (synced.append(tuple(os.fstat(fd)[1:3])), real(fd))[1])
+    ident = lambda p: (os.stat(p).st_ino, os.stat(p).st_dev)  # noqa: E731
+    open_fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    before = open_fds()
+    (tmp_path / "other").mkdir()
+    with storage.deferred_sync():
+        for i in range(4):
+            publish(LOCAL, str(tmp_path / f"s{i}.state"), b"x" * (i + 1))
+        with storage.deferred_sync():                 # a nested block joins the outer one
+            publish(LOCAL, str(tmp_path / "other" / "t.json"), b"{}")
+        assert synced == []
+    files = {ident(tmp_path / f"s{i}.state") for i in range(4)}
+    files.add(ident(tmp_path / "other" / "t.json"))
+    dirs = {ident(tmp_path), ident(tmp_path / "other")}
+    assert sorted(synced) == sorted(files | dirs)     # each once: 5 files, 2 directories
+    assert set(synced[:5]) == files                   # the files before the directories
+    assert [(tmp_path / f"s{i}.state").read_bytes() for i in range(4)] == \
+        [b"x" * (i + 1) for i in range(4)]
+    assert open_fds() == before
+
+    synced.clear()
+    with pytest.raises(RuntimeError), storage.deferred_sync():
+        publish(LOCAL, str(tmp_path / "void.state"), b"v")
+        raise RuntimeError("task failed")
+    assert synced == [] and open_fds() == before
+    publish(LOCAL, str(tmp_path / "after.state"), b"a")  # outside a block: synced at once
+    assert ident(tmp_path / "after.state") in synced

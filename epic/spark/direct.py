@@ -47,6 +47,7 @@ from epic.atomic import atomic_json, atomic_path
 from epic.spark.executor import WORKER_KEEPS, freeze_gc_once, release_memory
 from epic.spark.tags import HWM, IN, POS
 from epic.spark.trace import adopt, span
+from epic.storage import deferred_sync
 
 __all__ = ["Output", "Branch", "GroupPlan", "GroupPlanner", "Committer", "PlanInput", "PTR_SCHEMA"]
 
@@ -338,13 +339,18 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
     messages as pointer rows."""
 
     freeze_gc_once()
-    if part.end is not None:
-        from epic.spark.offsets import task_offsets
+    # The task's snapshots and topic segments are fsynced together at its end (deferred_sync):
+    # they count only once the micro-batch commits, so the syncs stay off the path from a row
+    # to the outputs written before them.
+    with deferred_sync():
+        if part.end is not None:
+            from epic.spark.offsets import task_offsets
 
-        with task_offsets(plan.checkpoint, part.end):
-            yield from _run_partition(plan, part)
-        return
-    yield from _run_partition(plan, part)
+            with task_offsets(plan.checkpoint, part.end):
+                out = list(_run_partition(plan, part))
+        else:
+            out = list(_run_partition(plan, part))
+    yield from out
 
 
 def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
@@ -404,7 +410,10 @@ def _attached(br: Branch, it, msgs: list) -> None:
         it = run_stateless(spec, it)
     if br.st is not None:
         it = run_stateful(br.st, _positioned(it, None, 1, None), stream=stream)
-    _finish(br, _rest(br, it, stream), msgs)
+    # EPIC_TRACE: the group's whole work (its rows are pulled through it by the writes)
+    head = br.st if br.st is not None else (br.pre[0] if br.pre else None)
+    with span("attached", "" if head is None else head.node.name, "task"):
+        _finish(br, _rest(br, it, stream), msgs)
 
 
 def _finish(br: Branch, it, msgs: list) -> None:

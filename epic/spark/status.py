@@ -12,6 +12,7 @@ import os
 import time as _time
 
 from epic.errors import EpicError
+from epic.spark import trace
 from epic.topics import Topic
 from epic.topology import SinkNode, WindowNode
 
@@ -97,6 +98,10 @@ class Stats:
             busy = self.busy.setdefault(name, {})
             for p in prog:
                 rows = int(p.get("numInputRows") or 0)
+                if trace.enabled() and int(p["batchId"]) not in seen:
+                    # Spark's own split of the micro-batch (addBatch, queryPlanning, walCommit...)
+                    trace.event("progress", name, "driver", batch=int(p["batchId"]), rows=rows,
+                                **{k: int(v) for k, v in (p.get("durationMs") or {}).items()})
                 seen[int(p["batchId"])] = rows
                 if rows:
                     busy[int(p["batchId"])] = int((p.get("durationMs") or {})

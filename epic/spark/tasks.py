@@ -36,6 +36,7 @@ from epic.atomic import atomic_write
 from epic.operator import snapshot_state
 from epic.operators import build as build_operator
 from epic.spark.executor import freeze_gc_once
+from epic.spark.trace import span
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
                              STEP, WM, runs, step_of, tag, with_tags)
 from epic.topics import resolve_filesystem
@@ -372,12 +373,14 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
                    split=isinstance(node, SplitNode))
     d.batch = batch_id
     d.check = False  # every save below validates the state (snapshot_state)
-    snap = store.load_before(batch_id)
+    with span("state_load", node.name, "task"):
+        snap = store.load_before(batch_id)
+        st = None if snap is None else serde.unpackb(snap)
+        if snap is not None:
+            if st["op"]:
+                d.op.restore(st["op"])
+            d.restore_state(st)
     if snap is not None:
-        st = serde.unpackb(snap)
-        if st["op"]:
-            d.op.restore(st["op"])
-        d.restore_state(st)
         last_step = st["last_step"]
         fwd = st["fwd"]
         mark = st.get("mark", fwd)
@@ -472,10 +475,11 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         if d.all_inputs_ended:
             call(d.end, tag(s, PHASE_END))
 
-    st = {"op": snapshot_state(d.op, node.name), **d.state(),
-          "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
-          "last_tag": last_tag}
-    store.save(batch_id, serde.packb(st), summary=_summary(st))
+    with span("state_save", node.name, "task"):
+        st = {"op": snapshot_state(d.op, node.name), **d.state(),
+              "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
+              "last_tag": last_tag}
+        store.save(batch_id, serde.packb(st), summary=_summary(st))
     if spec.workdir:
         from epic.spark.crash import crash_point
 
