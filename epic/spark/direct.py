@@ -141,6 +141,8 @@ class GroupPlan:
         inlet_pre: input index -> the stateless specs of that input's inlet
             (:func:`epic.spark.planner.plan_inlets`): a source's nodes before the merge, run
             over the input's rows as they are read.
+        nice: > 0: the tasks run at this nice value (a query behind the deploy's live source,
+            :data:`epic.spark.planner.BACKGROUND_NICE`).
     """
 
     name: str
@@ -156,6 +158,7 @@ class GroupPlan:
     checkpoint: str = ""
     trace: str = ""
     inlet_pre: dict = field(default_factory=dict)
+    nice: int = 0
 
     @property
     def outputs(self) -> list:
@@ -590,7 +593,42 @@ class GroupPlanner:
     def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
         """A task (executor side)."""
         with span("task", self.plan.name, "task", part=partition.part):
-            yield from run_partition(self.plan, partition)
+            if self.plan.nice:
+                yield from _niced(self.plan.nice, lambda: list(run_partition(self.plan, partition)))
+            else:
+                yield from run_partition(self.plan, partition)
+
+
+def _niced(nice: int, fn):
+    """``fn()`` on a new thread of this process at nice value ``nice`` (or the process's, if
+    that is higher).
+
+    Linux gives each thread its own nice value, and any thread may raise its own but not lower
+    it again without privileges. Spark reuses a Python worker for the tasks of every query, so a
+    task must not lower the priority of its process: it runs on a thread that ends with it.
+    Where the nice value cannot be set (another OS), the task runs at the process's priority.
+    """
+    import threading
+
+    box: dict = {}
+
+    def body():
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
+        except (OSError, AttributeError):
+            pass
+        try:
+            box["out"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the task's own thread
+            box["err"] = exc
+
+    th = threading.Thread(target=body, name="epic-task", daemon=True)
+    th.start()
+    th.join()
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
 
 
 def _chunks(batches: list, n: int) -> list[list]:

@@ -262,6 +262,17 @@ def plan_units(topology: Topology, groups: list[list]) -> list[list[list]]:
     return units
 
 
+#: With a live source (docs/deploy.md, "Live and paced sources"), the tasks of the queries that
+#: read none run at this nice value (``--conf spark.epic.backgroundNice=N``; 0: off): on a busy
+#: machine a row's path from the live source to the outputs of the query reading it then waits
+#: less for CPU taken by heavier downstream queries (the keyed windows of DEBS Q1 and Q3), which
+#: catch up when the CPU is idle (issue 16, point 6).
+BACKGROUND_NICE = 10
+
+#: The Spark setting that overrides :data:`BACKGROUND_NICE`.
+BACKGROUND_NICE_CONF = "spark.epic.backgroundNice"
+
+
 @dataclass
 class QueryPlan:
     """One streaming query: its name, checkpoint, the schema of the rows Spark carries (commit
@@ -289,10 +300,13 @@ class DeployPlan:
             its input's row width, :func:`auto_batch_rows`).
         retention: delete topic segments every reading query has committed past.
         driver_dir: the driver-local directory of ``checkpoints/`` (default: ``workdir``).
+        background_nice: with a live source, the nice value of the tasks of the queries that
+            read none (:data:`BACKGROUND_NICE`; 0: all at the same priority).
     """
 
     def __init__(self, topology: Topology, workdir: str, *, partitions: int, fuse: bool,
-                 batch_rows: int | None, retention: bool = True, driver_dir: str | None = None):
+                 batch_rows: int | None, retention: bool = True, driver_dir: str | None = None,
+                 background_nice: int | None = None):
         from epic.paths import is_remote
         from epic.storage import resolve
 
@@ -308,6 +322,11 @@ class DeployPlan:
         self.order = topology.topological_order()
         self.modes = plan_modes(topology)
         self.sources = [n for n in self.order if isinstance(n, SourceNode)]
+        #: A source delivers rows over time (unbounded, or a paced replay): the queries reading
+        #: one run their tasks ahead of the others' (:data:`BACKGROUND_NICE`).
+        self.live = any(n.source.live for n in self.sources)
+        self.background_nice = (BACKGROUND_NICE if background_nice is None
+                                 else max(0, min(19, int(background_nice))))
         self.sinks = [n for n in self.order if isinstance(n, SinkNode)]
         self.groups = plan_groups(topology, fuse)
         #: Groups run inside another group's query (head name -> (parent, stream)), and the
@@ -488,6 +507,7 @@ class DeployPlan:
                      for i, g in inlets.items()}
         st = next((n for n in unit[0] if self.modes.get(n.name, "stateless") != "stateless"),
                   None)
+        live = any(x.kind == "source" and not x.planner.bounded for x in inputs)
         plan = GroupPlan(
             name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
             key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
@@ -496,12 +516,12 @@ class DeployPlan:
                    else self.loc.join("spool", safe).path),
             fs=None if self.loc is None else self.loc.fs,
             fs_root=None if self.loc is None else self.loc.path, checkpoint=ckpt,
-            trace=trace.target(), inlet_pre=inlet_pre)
+            trace=trace.target(), inlet_pre=inlet_pre,
+            nice=self.background_nice if self.live and not live else 0)
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
                          make_planner=functools.partial(GroupPlanner, plan, inputs, rows),
                          committer=Committer(plan.outputs, plan.name, plan.trace),
-                         batch_rows=rows,
-                         live=any(x.kind == "source" and not x.planner.bounded for x in inputs))
+                         batch_rows=rows, live=live)
 
     def _spec(self, n, ckpt: str, ids: list, upstream=None, inner: bool = False):
         """The task spec of node ``n`` in the query with checkpoint ``ckpt`` and inputs ``ids``

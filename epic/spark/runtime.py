@@ -398,6 +398,40 @@ def _spark_scratch(driver: str, master: str | None, conf: dict | None) -> dict:
 LOCAL_JIT = "-XX:TieredStopAtLevel=1"
 
 
+#: Task slots per core of the local master a deploy with a live source starts (``--master``
+#: unset): see :func:`live_slots`.
+LIVE_SLOTS_PER_CORE = 4
+
+
+def live_slots(topology: Topology) -> int | None:
+    """Task slots of the local master a deploy starts when ``--master`` is not given: with a live
+    source (unbounded, or a paced replay), :data:`LIVE_SLOTS_PER_CORE` per core, so that a
+    query's micro-batch starts its tasks when it is planned instead of queueing behind other
+    queries' tasks for one of the ``local[*]`` slots (one per core): the operating system then
+    shares the cores, and the live source's query runs first (``BACKGROUND_NICE``). Without a
+    live source (None: ``local[*]``) every query has its input at hand, and more tasks at once
+    would only hold more memory."""
+    from epic.topology import SourceNode
+
+    if any(isinstance(n, SourceNode) and n.source.live for n in topology.nodes.values()):
+        return LIVE_SLOTS_PER_CORE * (os.cpu_count() or 1)
+    return None
+
+
+def _background_nice(spark) -> int | None:
+    """``--conf spark.epic.backgroundNice=N`` (None: not set)."""
+    from epic.spark.planner import BACKGROUND_NICE_CONF
+
+    v = spark.conf.get(BACKGROUND_NICE_CONF, None)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise EpicError(f"--conf {BACKGROUND_NICE_CONF}={v!r}: expected a nice value from 0 "
+                        "(off) to 19, e.g. 10") from None
+
+
 def _local_jit(master: str | None, conf: dict) -> dict:
     """``conf`` with the driver JVM compiling by C1 only (:data:`LOCAL_JIT`), for a local master.
 
@@ -444,7 +478,7 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
         from epic.spark.ship import shipping
 
         with span("session", topology.name, "driver"):
-            spark = build_session(master, ui=ui, conf=shipping(
+            spark = build_session(master, ui=ui, slots=live_slots(topology), conf=shipping(
                 topology, driver, master=master, archive=archive,
                 conf=_local_jit(master, _spark_scratch(driver, master, conf))))
     elif conf:
@@ -471,7 +505,8 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
         except (ValueError, KeyError):
             pass
     plan = DeployPlan(topology, wd, partitions=partitions, fuse=fuse, batch_rows=batch_rows,
-                      retention=retention, driver_dir=driver)
+                      retention=retention, driver_dir=driver,
+                      background_nice=_background_nice(spark))
     check_plan(wd, os.path.join(driver, "checkpoints"), [plan.unit_name(u) for u in plan.units])
     plan.create_topics()
     launcher = Launcher(spark, plan, trigger_interval)

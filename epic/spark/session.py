@@ -201,12 +201,13 @@ def session_conf(*, shuffle_partitions: int = 2, max_records_per_batch: int = 1_
 def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool = False,
                   shuffle_partitions: int = 2, max_records_per_batch: int = 1_000_000,
                   rocksdb: bool = True, conf: Mapping[str, str] | None = None,
-                  log_level: str = "WARN", quiet: bool = True):
+                  log_level: str = "WARN", quiet: bool = True, slots: int | None = None):
     """Get or create the shared SparkSession with epic's settings, and register topic I/O.
 
     Args:
-        master: Spark master URL; default ``local[*]``. Any URL works (``spark://``, ``yarn``,
-            ``k8s://``...); topics and checkpoints must then be on storage every executor sees.
+        master: Spark master URL; default ``local[*]`` (``local[slots]`` with ``slots``). Any
+            URL works (``spark://``, ``yarn``, ``k8s://``...); topics and checkpoints must then
+            be on storage every executor sees.
         app_name: Spark application name.
         ui: Start the Spark UI.
         shuffle_partitions: See :func:`session_conf`.
@@ -218,6 +219,8 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
             ... not supported in streaming", native-hadoop, loopback or large-task warnings);
             a ``spark.driver.extraJavaOptions`` in ``conf`` is kept, after it (one that sets
             ``-Dlog4j2.configurationFile`` itself replaces it).
+        slots: task slots of the default local master (None: one per core); ignored when
+            ``master`` is given or a session is already running.
 
     Returns:
         The ``pyspark.sql.SparkSession``, with the ``epic_topic`` data source registered.
@@ -240,7 +243,8 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
         raise EpicError(f"a Spark session on master {active.sparkContext.master!r} is already "
                         f"running in this process, so master {master!r} cannot take effect: "
                         "stop it first (spark.stop()), or pass that session (deploy(spark=...))")
-    builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
+    local = f"local[{int(slots)}]" if slots else "local[*]"
+    builder = SparkSession.builder.master(master or local).appName(app_name)
     settings = session_conf(shuffle_partitions=shuffle_partitions,
                             max_records_per_batch=max_records_per_batch, ui=ui, rocksdb=rocksdb)
     settings.update(conf or {})

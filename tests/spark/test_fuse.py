@@ -81,6 +81,61 @@ def test_plan_groups():
         full.node("q1_split").outputs[1])]          # the keyed windows' input stays a topic
 
 
+def test_with_a_live_source_the_other_queries_tasks_run_niced(tmp_path):
+    """docs/deploy.md, "Live and paced sources": a paced DEBS replay's query (the readers, the
+    merge, Q2 and Q4) runs its tasks at normal priority, the keyed windows' queries at
+    BACKGROUND_NICE; unpaced, or with the setting 0, all at normal priority. The default local
+    master then has LIVE_SLOTS_PER_CORE slots per core."""
+    from epic.spark.planner import BACKGROUND_NICE
+    from epic.spark.runtime import LIVE_SLOTS_PER_CORE, live_slots
+
+    debs = ROOT / "topologies" / "debs2013.py"
+    params = {"input": "game.csv", "out": str(tmp_path)}
+
+    def nice(topology, **kw):
+        plan = DeployPlan(topology, str(tmp_path / f"wd{len(os.listdir(tmp_path))}"),
+                          partitions=2, fuse=True, batch_rows=1000, **kw)
+        plan.create_topics()
+        return {q.name.split("+")[0]: q.make_planner.args[0].nice for q in plan.queries()}
+
+    paced = load_topology(debs, params={**params, "replay_speed": "1"})
+    assert nice(paced) == {"event_reader": 0, "q1b_1M_window": BACKGROUND_NICE,
+                           "q3_1M_window": BACKGROUND_NICE}
+    assert set(nice(paced, background_nice=0).values()) == {0}
+    unpaced = load_topology(debs, params=params)
+    assert set(nice(unpaced).values()) == {0}
+    assert live_slots(paced) == LIVE_SLOTS_PER_CORE * os.cpu_count()
+    assert live_slots(unpaced) is None
+
+
+def test_a_niced_task_runs_on_its_own_thread_and_leaves_the_worker_as_it_was():
+    """direct._niced: the work runs at the nice value on a thread of its own (Linux: per
+    thread), returns its result or raises its error, and the worker's own priority (Spark
+    reuses it for every query's tasks) stays what it was."""
+    import threading
+
+    from epic.spark.direct import _niced
+
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    seen = {}
+
+    def work():
+        seen["thread"] = threading.get_native_id()
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return [1, 2]
+
+    assert _niced(7, work) == [1, 2]
+    assert seen["thread"] != threading.get_native_id()
+    assert seen["nice"] == max(before, 7)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+
+    def fails():
+        raise ValueError("bad row")
+
+    with pytest.raises(ValueError, match="bad row"):
+        _niced(7, fails)
+
+
 
 @pytest.mark.parametrize("columns,expected", [
     # docs/deploy.md, "Settings": about 64 MB (2**26 bytes) of the input's columns per
