@@ -421,6 +421,8 @@ def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[s
             cmd += ["--trigger", f"{args.trigger:g}"]
         if getattr(args, "partitions", None):
             cmd += ["--partitions", str(args.partitions)]
+        for c in getattr(args, "conf", None) or []:
+            cmd += ["--conf", c]
     else:
         cmd = [epic, "run", topo, "--no-progress", "--no-summary", "--stats", str(stats)]
     return cmd + params
@@ -573,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="epic deploy --trigger: seconds between micro-batch triggers")
     ap.add_argument("--partitions", type=int, default=None,
                     help="epic deploy --partitions: tasks per micro-batch of a keyed node")
+    ap.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
+                    help="epic deploy --conf KEY=VALUE (repeatable), e.g. "
+                         "spark.epic.backgroundNice=0")
     ap.add_argument("--cases", default="all@run,all,all@parquet,all@nodelays,q1,q2,q3,q4",
                     help="comma list, run in this order: q1..q4, all, each with @ modifiers "
                          "(run, deploy, parquet, csv, nodelays, joined by +); NAME:SECONDS sets "
