@@ -19,7 +19,9 @@ in the file exactly once. The header is written by the first commit.
 
 **Parquet** (one file, complete when the input ends). Tasks write ``parts/b<B>.p<part>.parquet``
 (temp + rename: a replay overwrites the same names); the commit that sees the end of the stream
-concatenates the parts, in order, into a temp file renamed to the final path.
+concatenates the parts, in order, into a temp file renamed to the final path: their row groups
+are copied byte for byte under one footer (:mod:`epic.parquetcat`; re-encoded only when that
+cannot be done exactly).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from epic.atomic import atomic_json, atomic_path
+from epic.parquetcat import NotConcatenable, concat_parquet
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
 
@@ -316,28 +319,26 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                     _remove(m.path)
                 return
             if eos:
-                import pyarrow.parquet as pq
-
                 schema = sink.output_schema(stream.schema)
                 pdir = os.path.join(meta, "parts")
                 names = sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []
+                files = [os.path.join(pdir, n) for n in names]
+                join = "copy"
                 try:
-                    with atomic_path(path, tmp_dir=meta) as tmp, \
-                            pq.ParquetWriter(tmp, schema) as w:
-                        for n in names:
-                            # a row group at a time: a part can hold a whole micro-batch of
-                            # Q3 heat-map rows (memory stays bounded by the row group)
-                            pf = pq.ParquetFile(os.path.join(pdir, n))
-                            for g in range(pf.num_row_groups):
-                                t = pf.read_row_group(g)
-                                w.write_table(pa.Table.from_arrays(t.columns, schema=schema))
+                    with atomic_path(path, tmp_dir=meta) as tmp:
+                        try:
+                            # the parts' row groups copied byte for byte under one footer
+                            concat_parquet(files, tmp)
+                        except NotConcatenable:
+                            join = "reencode"
+                            _reencode_parquet(files, tmp, schema)
                 except OSError as exc:
                     from epic.errors import OutputError
 
                     raise OutputError(path, exc, what=f"cannot commit micro-batch {batchId}",
                                       fix="free space and rerun the same epic deploy") from None
             _write_sidecar(path, {"batch": batchId, "length": 0, "eos": eos, "rows": rows,
-                                  "deploy": owner})
+                                  "deploy": owner, **({"join": join} if eos else {})})
 
         def abort(self, messages, batchId):
             if is_csv:
@@ -346,6 +347,21 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                         _remove(m.path)
 
     return FileSinkWriter()
+
+
+def _reencode_parquet(files: list[str], tmp: str, schema: pa.Schema) -> None:
+    """Join Parquet parts by decoding and re-encoding them (when :func:`concat_parquet` cannot
+    join them byte for byte, e.g. no parts at all: the file then holds just the schema)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(tmp, schema) as w:
+        for name in files:
+            # a row group at a time: a part can hold a whole micro-batch of Q3 heat-map rows
+            # (memory stays bounded by the row group)
+            pf = pq.ParquetFile(name)
+            for g in range(pf.num_row_groups):
+                t = pf.read_row_group(g)
+                w.write_table(pa.Table.from_arrays(t.columns, schema=schema))
 
 
 def _append_file(f, src_path: str) -> None:

@@ -3,6 +3,7 @@ once by the Spark sink queries, epic/spark/sink_query.py) hold epic run's rows."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -27,6 +28,12 @@ def _sorted_rows(path: Path) -> tuple[list[str], list[tuple]]:
     return tab.column_names, sorted(tuple(value(v) for v in r.values()) for r in tab.to_pylist())
 
 
+def _group_sizes(path: Path) -> list[tuple[int, int]]:
+    meta = pq.ParquetFile(path).metadata
+    return [(meta.row_group(g).num_rows, meta.row_group(g).total_byte_size)
+            for g in range(meta.num_row_groups)]
+
+
 def test_debs_deploy_parquet_equals_run(spark, tmp_path):
     from debs2013.dataflow import OUTPUT_FILES
     from debs2013.generator import generate_game
@@ -42,7 +49,7 @@ def test_debs_deploy_parquet_equals_run(spark, tmp_path):
     names = sorted(Path(f).stem + ".parquet" for f in OUTPUT_FILES)
     assert sorted(p.name for p in (tmp_path / "dep").glob("*.parquet")) == names
     assert not list((tmp_path / "dep").glob("*.csv"))
-    total = 0
+    total = joined = 0
     for name in names:
         want_cols, want = _sorted_rows(tmp_path / "ref" / name)
         got_cols, got = _sorted_rows(tmp_path / "dep" / name)
@@ -51,4 +58,14 @@ def test_debs_deploy_parquet_equals_run(spark, tmp_path):
         bad = [(g, w) for g, w in zip(got, want) if not _same(g, w)]
         assert not bad, f"{name}: {len(bad)} rows differ, first {bad[0]}"
         total += len(want)
+        # joined byte for byte (epic.parquetcat), not re-encoded: the commit record says so,
+        # and the file's row groups are the parts' row groups, in part order
+        parts = sorted((tmp_path / "dep" / (name + ".epic") / "parts").glob("*.parquet"))
+        if parts:
+            joined += 1
+            rec = json.loads((tmp_path / "dep" / (name + ".epic") / "commit.json").read_text())
+            assert rec["eos"] and rec["join"] == "copy", (name, rec)
+            assert _group_sizes(tmp_path / "dep" / name) == \
+                [s for p in parts for s in _group_sizes(p)], name
     assert total > 1000
+    assert joined >= 10
