@@ -795,6 +795,9 @@ class CsvWriter:
     for writers whose file is read only after ``close`` (a deploy's part files). 0 (default):
     every :meth:`write` reaches the file (the background thread's queue aside).
 
+    ``append``: the rows go after the end of the existing local file ``path`` (``header=False``);
+    a failed write cuts the file back to where it ended before the writer's last whole write.
+
     Example:
         >>> import pyarrow as pa, tempfile, os
         >>> p = os.path.join(tempfile.mkdtemp(), "out.csv")
@@ -806,7 +809,8 @@ class CsvWriter:
 
     def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
                  header: bool = True, delimiter: str = ",", float_format: str | None = None,
-                 background: bool = False, filesystem=None, hold_rows: int = 0):
+                 background: bool = False, filesystem=None, hold_rows: int = 0,
+                 append: bool = False):
         if len(delimiter) != 1 or delimiter in "\r\n\"":
             raise SpecError(f"delimiter={delimiter!r}: give one character other than a quote or "
                             "a newline")
@@ -835,6 +839,12 @@ class CsvWriter:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="epic-csv") if background else None
         self._pending: deque[Future] = deque()
         self._hold_rows = int(hold_rows)
+        # append=True: rows go after the file's current end (a local path; no header is
+        # written), e.g. a deploy task writing its rows in place after the committed length
+        self._append = bool(append)
+        if self._append and (filesystem is not None or header):
+            raise SpecError("CsvWriter(append=True) writes a local file's rows after its end: "
+                            "give header=False and no filesystem")
         self._held: list[pa.Table] = []  # prepared tables not yet handed to _write
         self._held_rows = 0
         self._accepted = 0
@@ -863,7 +873,9 @@ class CsvWriter:
         return pa.table(arrays, names=table.column_names)
 
     def _open(self, names: list[str]) -> pa.NativeFile:
-        if self._fs is None:
+        if self._append:
+            sink = pa.OSFile(self._path, "ab")
+        elif self._fs is None:
             sink = pa.output_stream(self._path, compression=None)
         else:
             sink = self._fs.open_output_stream(self._path)

@@ -321,7 +321,7 @@ def _encode(index: int, msg) -> bytes:
                               "temp": None if t is None else
                               [t.path, t.producer, t.batch_id, t.part, t.rows]})
     return msgpack.packb({"o": index, "k": "file", "path": msg.path, "part": msg.part,
-                          "rows": msg.rows})
+                          "rows": msg.rows, "at": getattr(msg, "inplace", None)})
 
 
 def _decode(data: bytes):
@@ -334,7 +334,7 @@ def _decode(data: bytes):
         t = d["temp"]
         return d["o"], TopicCommitMessage(None if t is None else TempSegment(*t), d["wm"],
                                           bool(d["eos"]))
-    return d["o"], part_message(d["path"], d["part"], d["rows"])
+    return d["o"], part_message(d["path"], d["part"], d["rows"], d.get("at"))
 
 
 def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:

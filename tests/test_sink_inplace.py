@@ -1,0 +1,120 @@
+"""A deploy's CSV sink writer (epic/spark/sink_query.py) without Spark: partition 0 writes its
+rows into the output file in place, the others write parts, the driver's commit appends them.
+Driven through crashes between a task and its commit, replays of committed batches, aborts and
+a commit whose in-place bytes do not follow the committed length. The reference is the rows
+written so far, in batch and partition order, under the header (what epic run writes)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+
+import epic
+from epic.errors import StateError
+from epic.spark import sink_query
+
+
+class _Ctx:
+    def __init__(self, batch, part):
+        self.batch, self.part = batch, part
+
+    def getLocalProperty(self, key):
+        assert key == "streaming.sql.batchId"
+        return str(self.batch)
+
+    def partitionId(self):
+        return self.part
+
+
+@pytest.fixture
+def writer(tmp_path, monkeypatch):
+    import pyspark
+
+    import epic.spark.offsets as offsets
+
+    t = epic.Topology("inplace")
+    s = t.source("src", epic.iterator_source(lambda: iter(()), schema={"ts": "int64", "v": "int64"},
+                                             time="ts", unit="ms"))
+    t.sink("out", s, epic.csv_sink(str(tmp_path / "out" / "o.csv")))
+    node = t.nodes["out"]
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "deploy.json").write_text(json.dumps({"id": "d1"}))
+    monkeypatch.setattr(offsets, "batch_markers", lambda checkpoint, batch_id: [])
+    ctx = {}
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: ctx["now"]))
+    w = sink_query.file_sink_writer(node, checkpoint=str(tmp_path / "ck"), workdir=str(wd))
+
+    def task(batch, part, values):
+        ctx["now"] = _Ctx(batch, part)
+        rows = [pa.record_batch({"ts": pa.array(values, pa.int64()),
+                                 "v": pa.array([x * 7 for x in values], pa.int64())})]
+        return w.write(iter(rows))
+    return w, task, tmp_path / "out" / "o.csv"
+
+
+def _expected(batches):
+    lines = ["ts,v"] + [f"{x},{x * 7}" for parts in batches for vals in parts for x in vals]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_partition_zero_writes_in_place_and_the_commit_appends_the_others(writer):
+    w, task, path = writer
+    b0 = [[1, 2, 3], [4, 5]]
+    msgs = [task(0, 0, b0[0]), task(0, 1, b0[1])]
+    assert msgs[0].path is None and msgs[0].inplace == (len(b"ts,v\n"), path.stat().st_size)
+    assert msgs[1].path and os.path.exists(msgs[1].path)
+    w.commit(msgs, 0)
+    assert path.read_bytes() == _expected([b0])
+    assert not os.path.exists(msgs[1].path)
+    rec = json.loads((path.parent / "o.csv.epic" / "commit.json").read_text())
+    assert rec["batch"] == 0 and rec["length"] == path.stat().st_size and rec["rows"] == 5
+
+    # batch 1: partition 0's first attempt dies before the commit (its rows stay at the end
+    # of the file), the replay writes them again after the committed length
+    task(1, 0, [90, 91, 92])
+    assert path.read_bytes().startswith(_expected([b0])) and path.stat().st_size > rec["length"]
+    b1 = [[6], [7, 8]]
+    msgs = [task(1, 0, b1[0]), task(1, 1, b1[1])]
+    w.commit(msgs, 1)
+    assert path.read_bytes() == _expected([b0, b1])
+
+    # a replay of a committed batch writes nothing, and its commit changes nothing
+    msgs = [task(1, 0, [66]), task(1, 1, [77])]
+    assert msgs[0].inplace is None and msgs[0].rows == 0
+    w.commit(msgs, 1)
+    assert path.read_bytes() == _expected([b0, b1])
+
+    # an aborted batch is cut back to the committed rows
+    msgs = [task(2, 0, [100, 101])]
+    w.abort(msgs, 2)
+    assert path.read_bytes() == _expected([b0, b1])
+
+    # a batch whose partition 0 has no rows: the parts alone
+    msgs = [task(3, 0, []), task(3, 1, [9])]
+    w.commit(msgs, 3)
+    assert path.read_bytes() == _expected([b0, b1, [[], [9]]])
+
+
+def test_in_place_bytes_that_do_not_follow_the_committed_rows_are_refused(writer):
+    w, task, path = writer
+    w.commit([task(0, 0, [1])], 0)
+    good = path.read_bytes()
+    m = task(1, 0, [2, 3])
+    wrong = sink_query.part_message(None, 0, m.rows, (m.inplace[0] + 1, m.inplace[1]))
+    with pytest.raises(StateError, match="do not follow the committed length"):
+        w.commit([wrong], 1)
+    # the rerun writes the batch again and commits it
+    w.commit([task(1, 0, [2, 3])], 1)
+    assert path.read_bytes() == good + b"2,14\n3,21\n"
+
+
+def test_an_old_deploys_file_is_replaced_by_the_first_in_place_write(writer):
+    w, task, path = writer
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"ts,v\n999,0\n" * 100)
+    w.commit([task(0, 0, [1, 2])], 0)
+    assert path.read_bytes() == _expected([[[1, 2]]])
