@@ -118,3 +118,47 @@ def test_an_old_deploys_file_is_replaced_by_the_first_in_place_write(writer):
     path.write_bytes(b"ts,v\n999,0\n" * 100)
     w.commit([task(0, 0, [1, 2])], 0)
     assert path.read_bytes() == _expected([[[1, 2]]])
+
+
+def test_a_failed_write_is_cut_back_and_names_the_file_and_batch(writer, monkeypatch):
+    import errno
+
+    from epic import csvio
+    from epic.errors import OutputError
+
+    w, task, path = writer
+    w.commit([task(0, 0, [1, 2])], 0)
+    good = path.read_bytes()
+    real = csvio.CsvWriter.write
+
+    def full(self, data):
+        real(self, data)
+        self.close()  # the rows reached the file, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(csvio.CsvWriter, "write", full)
+    with pytest.raises(OutputError, match=r"o\.csv: cannot write micro-batch 1: No space left"):
+        task(1, 0, [3, 4])
+    assert path.read_bytes() == good
+    monkeypatch.setattr(csvio.CsvWriter, "write", real)
+    w.commit([task(1, 0, [3, 4])], 1)
+    assert path.read_bytes() == _expected([[[1, 2]], [[3, 4]]])
+
+
+def test_an_error_upstream_passes_as_it_is_and_cuts_the_rows_back(writer):
+    w, task, path = writer
+    w.commit([task(0, 0, [1])], 0)
+    good = path.read_bytes()
+
+    def rows():
+        yield pa.record_batch({"ts": pa.array([5], pa.int64()), "v": pa.array([35], pa.int64())})
+        raise ValueError("a node upstream failed")
+    import pyspark
+
+    orig = pyspark.TaskContext.get
+    try:
+        pyspark.TaskContext.get = staticmethod(lambda: _Ctx(1, 0))
+        with pytest.raises(ValueError, match="a node upstream failed"):
+            w.write(rows())
+    finally:
+        pyspark.TaskContext.get = orig
+    assert path.read_bytes() == good

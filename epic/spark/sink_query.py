@@ -205,44 +205,11 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                 pass
             return _Part(None, 0, 0)
         rows, w, start = 0, None, None
-        try:
-            for b in batches:
-                if w is None:
-                    if rec is None:  # this deploy's first commit: a new file with its header
-                        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-                        head = header_line(out_schema.names, sink.delimiter) if sink.header \
-                            else b""
-                        with open(path, "wb") as f:
-                            f.write(head)
-                        start = len(head)
-                    else:
-                        start = rec["length"]
-                        os.truncate(path, start)  # a failed attempt's rows after it
-                    w = CsvWriter(path, columns=out_schema.names, header=False,
-                                  delimiter=sink.delimiter, float_format=sink.float_format,
-                                  background=b.num_rows >= BACKGROUND_ROWS,
-                                  hold_rows=HOLD_ROWS, append=True)
-                w.write(b)
-                rows += b.num_rows
-            if w is None:
-                return _Part(None, 0, 0)
-            w.close()
-        except (OSError, OutputError) as exc:
-            # the file is cut back to the last committed batch's rows (CsvWriter cut it back to
-            # its own last whole write only)
-            if start is not None:
-                try:
-                    os.truncate(path, start)
-                except OSError:
-                    pass
-            cause = exc.cause if isinstance(exc, OutputError) else exc
-            raise OutputError(path, cause, what=f"cannot write micro-batch {batch_id}",
-                              fix="free space (or fix the permissions) and rerun the same epic "
-                                  "deploy: it resumes from the last committed batch") from None
-        except BaseException:
+
+        def cut_back():
             if w is not None:
                 try:
-                    w.close()
+                    w.close()  # its thread's last write done before the file is cut
                 except BaseException:  # noqa: BLE001 - the first error is the one to see
                     pass
             if start is not None:
@@ -250,6 +217,46 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                     os.truncate(path, start)
                 except OSError:
                     pass
+
+        def failed(exc):
+            # the file is cut back to the last committed batch's rows (CsvWriter cut it back
+            # to its own last whole write only)
+            cut_back()
+            cause = exc.cause if isinstance(exc, OutputError) else exc
+            return OutputError(path, cause, what=f"cannot write micro-batch {batch_id}",
+                               fix="free space (or fix the permissions) and rerun the same epic "
+                                   "deploy: it resumes from the last committed batch")
+
+        try:
+            for b in batches:  # errors of the nodes upstream pass as they are
+                try:
+                    if w is None:
+                        if rec is None:  # this deploy's first commit: a new file, its header
+                            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+                            head = header_line(out_schema.names, sink.delimiter) \
+                                if sink.header else b""
+                            with open(path, "wb") as f:
+                                f.write(head)
+                            start = len(head)
+                        else:
+                            start = rec["length"]
+                            os.truncate(path, start)  # a failed attempt's rows after it
+                        w = CsvWriter(path, columns=out_schema.names, header=False,
+                                      delimiter=sink.delimiter, float_format=sink.float_format,
+                                      background=b.num_rows >= BACKGROUND_ROWS,
+                                      hold_rows=HOLD_ROWS, append=True)
+                    w.write(b)
+                except (OSError, OutputError) as exc:
+                    raise failed(exc) from None
+                rows += b.num_rows
+            if w is None:
+                return _Part(None, 0, 0)
+            try:
+                w.close()
+            except (OSError, OutputError) as exc:
+                raise failed(exc) from None
+        except BaseException:
+            cut_back()  # (again, for a failed write: closing and cutting twice is harmless)
             raise
         return _Part(None, 0, rows, (start, os.path.getsize(path)))
 
