@@ -243,16 +243,36 @@ def read_footer(path: str) -> tuple[list, int, int]:
         if start < 4:
             raise NotConcatenable(f"{path}: footer length {n} does not fit the file")
         f.seek(start)
-        return decode_struct(f.read(n)), start, size
+        raw = f.read(n)
+    try:
+        reader = _Reader(raw)
+        meta = reader.struct()
+    except (IndexError, TypeError, ValueError, RecursionError) as exc:
+        raise NotConcatenable(f"{path}: the footer does not decode ({exc!r})") from None
+    if reader.pos != n:
+        raise NotConcatenable(f"{path}: the footer has {n - reader.pos} bytes after its end")
+    for fid, what in ((_FMD_NUM_ROWS, "row count"), (_FMD_SCHEMA, "schema")):
+        if _field(meta, fid) is None:
+            raise NotConcatenable(f"{path}: the footer has no {what}")
+    if _field(meta, _FMD_ENCRYPTION) is not None:
+        raise NotConcatenable(f"{path}: encrypted")
+    return meta, start, size
+
+
+def _shift(fields: list, fid: int, delta: int) -> None:
+    """Shift an absolute offset field; 0 (e.g. the deprecated ``ColumnChunk.file_offset`` that
+    pyarrow writes as 0: "no metadata outside the footer") stays 0."""
+    f = _field(fields, fid)
+    if f is not None and f[2] > 0:
+        f[2] += delta
 
 
 def _shift_row_group(rg: list, delta: int, ordinal: int, path: str) -> None:
-    for fid in (_RG_FILE_OFFSET,):
-        f = _field(rg, fid)
-        if f is not None:
-            f[2] += delta
+    _shift(rg, _RG_FILE_OFFSET, delta)
     f = _field(rg, _RG_ORDINAL)
     if f is not None:
+        if ordinal >= 1 << 15:
+            raise NotConcatenable(f"{path}: more than 32767 row groups with ordinals")
         f[2] = ordinal
     cols = _field(rg, _RG_COLUMNS)
     for cc in (cols[2][1] if cols is not None else []):
@@ -261,16 +281,12 @@ def _shift_row_group(rg: list, delta: int, ordinal: int, path: str) -> None:
                           (_CC_CRYPTO, "encrypted columns"), (_CC_ENC_META, "encrypted columns")):
             if _field(cc, fid) is not None:
                 raise NotConcatenable(f"{path}: {what}")
-        f = _field(cc, _CC_FILE_OFFSET)
-        if f is not None:
-            f[2] += delta
+        _shift(cc, _CC_FILE_OFFSET, delta)
         meta = _field(cc, _CC_META)
         if meta is None:
             raise NotConcatenable(f"{path}: a column chunk without its metadata")
         for fid in (_CMD_DATA_PAGE, _CMD_INDEX_PAGE, _CMD_DICT_PAGE, _CMD_BLOOM):
-            f = _field(meta[2], fid)
-            if f is not None:
-                f[2] += delta
+            _shift(meta[2], fid, delta)
 
 
 def _copy_range(dst, src_path: str, start: int, length: int) -> None:
@@ -307,8 +323,6 @@ def concat_parquet(paths: list[str], dst_path: str) -> int:
         raise NotConcatenable("no files to join")
     footers = [read_footer(p) for p in paths]
     first = footers[0][0]
-    if _field(first, _FMD_ENCRYPTION) is not None:
-        raise NotConcatenable(f"{paths[0]}: encrypted")
     ref = {fid: encode_struct([_field(first, fid)]) if _field(first, fid) else None
            for fid in (_FMD_SCHEMA, _FMD_KV)}
     for p, (meta, _, _) in zip(paths[1:], footers[1:]):

@@ -120,3 +120,36 @@ def test_files_it_cannot_join_exactly_are_refused_before_writing(tmp_path):
     open(bad, "wb").write(b"PAR1 not a footer PARE")
     _refused(tmp_path, [a, bad], "not a plain Parquet file")
     _refused(tmp_path, [], "no files")
+
+
+def test_offsets_are_shifted_but_a_zero_file_offset_stays_zero(tmp_path):
+    """pyarrow writes the deprecated ColumnChunk.file_offset as 0 ("no metadata outside the
+    footer"): the join keeps it 0 while every page offset moves with its file's bytes."""
+    rng = np.random.default_rng(4)
+    paths = []
+    for i in range(2):
+        p = str(tmp_path / f"{i}.parquet")
+        _write(p, _table(rng, 500, i), 500)
+        paths.append(p)
+    out = str(tmp_path / "all.parquet")
+    concat_parquet(paths, out)
+    first = pq.ParquetFile(paths[0]).metadata.row_group(0).column(0)
+    joined = pq.ParquetFile(out).metadata
+    second = joined.row_group(1).column(0)
+    assert second.data_page_offset > first.data_page_offset + first.total_compressed_size
+    meta, _, _ = read_footer(out)
+    groups = [f for f in meta if f[0] == 4][0][2][1]
+    offsets = [f[2] for rg in groups for cc in [f for f in rg if f[0] == 1][0][2][1]
+               for f in cc if f[0] == 2]
+    assert offsets and set(offsets) == {0}
+
+
+def test_a_footer_that_does_not_decode_is_refused(tmp_path):
+    good = str(tmp_path / "good.parquet")
+    _write(good, _table(np.random.default_rng(5), 100, 0), 100)
+    raw = open(good, "rb").read()
+    n = int.from_bytes(raw[-8:-4], "little")
+    bad = str(tmp_path / "bad.parquet")
+    # the footer's bytes replaced with a struct that never ends (magic and length intact)
+    open(bad, "wb").write(raw[:-8 - n] + b"\x19" * n + raw[-8:])
+    _refused(tmp_path, [good, bad], "footer")

@@ -33,6 +33,7 @@ cannot be done exactly).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -196,14 +197,20 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
         committed length (the commit then only checks, appends the other parts and records):
         the part's bytes are written once, not into a part file and then copied. A replay of a
         committed batch writes nothing (its rows are in the file)."""
+        # One writer of the file at a time: a stale attempt (a worker still ending after its
+        # query was restarted, a speculative copy) waits, then reads the record again.
+        with _file_lock(meta):
+            rec = read_sidecar(path, deploy_id(workdir))
+            if rec is not None and batch_id <= rec["batch"]:
+                for _ in batches:  # committed already: run the nodes, keep the file
+                    pass
+                return _Part(None, 0, 0)
+            return _write_rows_in_place(batches, batch_id, rec)
+
+    def _write_rows_in_place(batches, batch_id: int, rec: dict | None) -> _Part:
         from epic.csvio import CsvWriter, header_line
         from epic.errors import OutputError
 
-        rec = read_sidecar(path, deploy_id(workdir))
-        if rec is not None and batch_id <= rec["batch"]:
-            for _ in batches:  # committed already: run the nodes, keep the file
-                pass
-            return _Part(None, 0, 0)
         rows, w, start = 0, None, None
 
         def cut_back():
@@ -316,7 +323,8 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
             import pyarrow.parquet as pq
 
             os.makedirs(os.path.join(meta, "parts"), exist_ok=True)
-            final = os.path.join(meta, "parts", f"b{batch_id:012d}.p{part:05d}.parquet")
+            final = os.path.join(meta, "parts", f"b{batch_id:012d}.p{part:05d}."
+                                 f"{deploy_id(workdir) or 'local'}.parquet")
             rows = 0
             try:
                 with atomic_path(final, tmp_dir=os.path.join(meta, "_tmp")) as tmp, \
@@ -353,77 +361,95 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                 return
             rows = (rec or {}).get("rows", 0) + sum(m.rows for m in parts + placed)
             if is_csv:
-                from epic.errors import OutputError, StateError
-
-                committed = None
-                try:
-                    if placed:
-                        # part 0's rows are in the file already, right after the committed
-                        # length (or the header it wrote, at the first commit)
-                        (start, end), = (m.inplace for m in placed)
-                        length = rec["length"] if rec is not None else start
-                        if start != length or os.path.getsize(path) < end:
-                            raise StateError(
-                                f"{path}: the rows of micro-batch {batchId} written in place at "
-                                f"bytes {start}-{end} do not follow the committed length "
-                                f"{length} (file size {os.path.getsize(path)}); rerun the same "
-                                "epic deploy: it writes the batch again")
-                    elif rec is None:
-                        from epic.csvio import CsvWriter
-
-                        names = sink.output_schema(stream.schema).names
-                        CsvWriter(path, columns=names, header=sink.header,
-                                  delimiter=sink.delimiter).close()
-                        if not os.path.exists(path):
-                            open(path, "wb").close()
-                        length = os.path.getsize(path)
-                    else:
-                        length = rec["length"]
-                    committed = length
-                    with open(path, "r+b") as f:
-                        wrote = False
-                        if placed:
-                            length = end
-                            if end > committed:
-                                # Tests: as after an appended part that wrote bytes
-                                wrote = True
-                                crash_point("sink-commit", workdir)
-                                fault_point("sink-commit", workdir)
-                        f.truncate(length)
-                        f.seek(length)
-                        for m in parts:
-                            _append_file(f, m.path)
-                            if not wrote and f.tell() > committed:
-                                # Tests: after the first part that wrote bytes (a fused query's
-                                # first parts can be empty files).
-                                wrote = True
-                                crash_point("sink-commit", workdir)
-                                fault_point("sink-commit", workdir)
-                        f.flush()
-                        os.fsync(f.fileno())
-                        length = f.tell()
-                    _write_sidecar(path, {"batch": batchId, "length": length, "eos": eos,
-                                          "rows": rows, "deploy": owner})
-                except OSError as exc:
-                    # Write, then commit: cut the half-appended batch off again (a shorter length
-                    # needs no space), so the file ends with the last committed batch's rows.
-                    if committed is not None:
-                        try:
-                            os.truncate(path, committed)
-                        except OSError:
-                            pass
-                    raise OutputError(path, exc, what=f"cannot commit micro-batch {batchId}",
-                                      fix="free space (or fix the permissions) and rerun the "
-                                          "same epic deploy: it resumes from the last committed "
-                                          "batch") from None
-                for m in parts:
-                    _remove(m.path)
+                with _file_lock(meta):
+                    self._commit_csv(messages, batchId, rec, parts, placed, rows, eos, owner)
                 return
+            self._commit_parquet(batchId, rows, eos, owner)
+
+        def _commit_csv(self, messages, batchId, rec, parts, placed, rows, eos, owner):
+            from epic.errors import OutputError, StateError
+
+            if any(m is not None for m in messages) \
+                    and not any(m is not None and m.part == 0 for m in messages):
+                # partition 0 writes in place: without its message its rows (if any) cannot
+                # be told from a failed attempt's
+                raise StateError(f"{path}: micro-batch {batchId} has no message from "
+                                 "partition 0; rerun the same epic deploy")
+            committed = None
+            try:
+                if placed:
+                    # part 0's rows are in the file already, right after the committed
+                    # length (or the header it wrote, at the first commit)
+                    (start, end), = (m.inplace for m in placed)
+                    length = rec["length"] if rec is not None else start
+                    if start != length or os.path.getsize(path) != end:
+                        raise StateError(
+                            f"{path}: the rows of micro-batch {batchId} written in place at "
+                            f"bytes {start}-{end} do not follow the committed length "
+                            f"{length} (file size {os.path.getsize(path)}); rerun the same "
+                            "epic deploy: it writes the batch again")
+                elif rec is None:
+                    from epic.csvio import CsvWriter
+
+                    names = sink.output_schema(stream.schema).names
+                    CsvWriter(path, columns=names, header=sink.header,
+                              delimiter=sink.delimiter).close()
+                    if not os.path.exists(path):
+                        open(path, "wb").close()
+                    length = os.path.getsize(path)
+                else:
+                    length = rec["length"]
+                committed = length
+                with open(path, "r+b") as f:
+                    wrote = False
+                    if placed:
+                        length = end
+                    f.truncate(length)
+                    f.seek(length)
+                    for m in parts:
+                        _append_file(f, m.path)
+                        if not wrote and f.tell() > committed:
+                            # Tests: after the first part that wrote bytes (a fused query's
+                            # first parts can be empty files), with partition 0's rows
+                            # before it if it wrote any
+                            wrote = True
+                            crash_point("sink-commit", workdir)
+                            fault_point("sink-commit", workdir)
+                    if not wrote and f.tell() > committed:
+                        # Tests: only partition 0's rows, written in place
+                        crash_point("sink-commit", workdir)
+                        fault_point("sink-commit", workdir)
+                    f.flush()
+                    os.fsync(f.fileno())
+                    length = f.tell()
+                _write_sidecar(path, {"batch": batchId, "length": length, "eos": eos,
+                                      "rows": rows, "deploy": owner})
+            except OSError as exc:
+                # Write, then commit: cut the half-appended batch off again (a shorter length
+                # needs no space), so the file ends with the last committed batch's rows;
+                # unless the record of this batch was written (and only its directory's
+                # fsync failed): then the batch is committed.
+                try:
+                    done = read_sidecar(path, owner)
+                except Exception:  # noqa: BLE001 - unreadable: not this batch's record
+                    done = None
+                if committed is not None and (done is None or done["batch"] < batchId):
+                    try:
+                        os.truncate(path, committed)
+                    except OSError:
+                        pass
+                raise OutputError(path, exc, what=f"cannot commit micro-batch {batchId}",
+                                  fix="free space (or fix the permissions) and rerun the "
+                                      "same epic deploy: it resumes from the last committed "
+                                      "batch") from None
+            for m in parts:
+                _remove(m.path)
+
+        def _commit_parquet(self, batchId, rows, eos, owner):
             if eos:
                 schema = sink.output_schema(stream.schema)
                 pdir = os.path.join(meta, "parts")
-                names = sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []
-                files = [os.path.join(pdir, n) for n in names]
+                files = _own_parts(pdir, owner, workdir)
                 join = "copy"
                 try:
                     with atomic_path(path, tmp_dir=meta) as tmp:
@@ -446,14 +472,47 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                 for m in messages or []:
                     if m is not None and m.path:
                         _remove(m.path)
-                    elif m is not None and m.inplace is not None:
-                        try:  # rows written in place: cut back to the committed length
-                            if os.path.getsize(path) > m.inplace[0]:
-                                os.truncate(path, m.inplace[0])
-                        except OSError:
-                            pass
+                # Rows written in place stay until the next attempt or commit cuts the file
+                # back to the committed length (cutting here could cut a committed batch: a
+                # query's outputs commit one after another, and abort follows any failure).
 
     return FileSinkWriter()
+
+
+def _own_parts(pdir: str, owner: str | None, workdir: str) -> list[str]:
+    """The Parquet parts of deploy ``owner`` in ``pdir``, in batch and part order: named
+    ``b<B>.p<part>.<deploy id>.parquet`` (an older deploy's to the same output may be left
+    there). Parts named without an id (written by an epic before session 15) count if they are
+    not older than the work directory's ``deploy.json``: a deploy resumed across that upgrade."""
+    if not os.path.isdir(pdir):
+        return []
+    mine = f".{owner or 'local'}.parquet"
+    try:
+        since = os.path.getmtime(os.path.join(workdir, "deploy.json"))
+    except OSError:
+        since = float("inf")
+    out = []
+    for n in os.listdir(pdir):
+        full = os.path.join(pdir, n)
+        legacy = n.count(".") == 2 and n.endswith(".parquet")  # b<B>.p<part>.parquet
+        if n.endswith(mine) or (legacy and os.path.getmtime(full) >= since):
+            out.append((n.split(".")[:2], full))
+    return [full for _, full in sorted(out)]
+
+
+@contextlib.contextmanager
+def _file_lock(meta: str):
+    """An exclusive lock on ``<meta>/write.lock`` (the in-place writer and the commit of one
+    CSV sink: one at a time). Released when its holder ends, however it ends."""
+    import fcntl
+
+    os.makedirs(meta, exist_ok=True)
+    fd = os.open(os.path.join(meta, "write.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _reencode_parquet(files: list[str], tmp: str, schema: pa.Schema) -> None:
