@@ -12,20 +12,23 @@ other partitions write temp part files. The driver's ``commit(messages, B)``:
 
 1. reads the sidecar; a ``B`` at or below it is a replay: the temps are deleted, nothing else
    happens;
-2. checks that partition 0's bytes start at the recorded length, truncates the file after them
-   (or, without them, to the recorded length: a half-done append of a crashed commit), appends
-   the parts in part order, fsyncs;
+2. checks that partition 0's bytes start at the recorded length and end the file (else
+   ``StateError``: the rerun writes the batch again), truncates the file after them (or, without
+   them, to the recorded length: a half-done append of a crashed commit), appends the parts in
+   part order, fsyncs;
 3. writes the sidecar ``(B, new length, end of stream?)`` atomically (temp + rename).
 
 A crash before (3) leaves the sidecar at ``B - 1``: the replay of ``B`` truncates and writes
 again. A crash after (3) but before Spark's commit log makes the replay a no-op. So every row is
 in the file exactly once, and a batch's rows are written to disk once when one task writes the
 sink (partition 0's), instead of into a part and then copied (on DEBS about 11 % of a deploy's
-CPU). Between a task and its commit (and after a crash, until the rerun) the file can end with
-rows of the batch not yet committed; the sidecar's length is where the committed rows end.
+CPU). The in-place writer and the commit hold ``<file>.epic/write.lock`` in turn (a stale
+attempt waits, then reads the sidecar again). Between a task and its commit (and after a crash
+or an abort, until the next attempt) the file can end with rows of the batch not yet committed;
+the sidecar's length is where the committed rows end.
 
-**Parquet** (one file, complete when the input ends). Tasks write ``parts/b<B>.p<part>.parquet``
-(temp + rename: a replay overwrites the same names); the commit that sees the end of the stream
+**Parquet** (one file, complete when the input ends). Tasks write
+``parts/b<B>.p<part>.<deploy id>.parquet`` (temp + rename: a replay overwrites the same names); the commit that sees the end of the stream
 concatenates the parts, in order, into a temp file renamed to the final path: their row groups
 are copied byte for byte under one footer (:mod:`epic.parquetcat`; re-encoded only when that
 cannot be done exactly).
