@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 import struct
 
+from epic.storage import copy_into
+
 __all__ = ["NotConcatenable", "concat_parquet", "read_footer", "decode_struct", "encode_struct"]
 
 MAGIC = b"PAR1"
@@ -38,7 +40,6 @@ _UUID = 13
 _FMD_SCHEMA, _FMD_NUM_ROWS, _FMD_ROW_GROUPS, _FMD_KV = 2, 3, 4, 5
 _FMD_ENCRYPTION = 8
 _RG_COLUMNS, _RG_FILE_OFFSET, _RG_ORDINAL = 1, 5, 7
-_RG_NUM_ROWS = 3
 _CC_FILE_PATH, _CC_FILE_OFFSET, _CC_META = 1, 2, 3
 _CC_OFFSET_INDEX, _CC_COLUMN_INDEX, _CC_CRYPTO, _CC_ENC_META = 4, 6, 8, 9
 _CMD_DATA_PAGE, _CMD_INDEX_PAGE, _CMD_DICT_PAGE, _CMD_BLOOM = 9, 10, 11, 14
@@ -289,29 +290,6 @@ def _shift_row_group(rg: list, delta: int, ordinal: int, path: str) -> None:
             _shift(meta[2], fid, delta)
 
 
-def _copy_range(dst, src_path: str, start: int, length: int) -> None:
-    with open(src_path, "rb") as src:
-        at, done = dst.tell(), 0
-        dst.flush()
-        try:
-            while done < length:
-                k = os.copy_file_range(src.fileno(), dst.fileno(), length - done, start + done,
-                                       at + done)
-                if k == 0:
-                    break
-                done += k
-        except (AttributeError, OSError):
-            pass
-        dst.seek(at + done)
-        src.seek(start + done)
-        while done < length:
-            chunk = src.read(min(1 << 20, length - done))
-            if not chunk:
-                raise NotConcatenable(f"{src_path}: shorter than its footer says")
-            dst.write(chunk)
-            done += len(chunk)
-
-
 def concat_parquet(paths: list[str], dst_path: str) -> int:
     """Write the row groups of the Parquet files ``paths`` (in order, one schema) to the new file
     ``dst_path``, byte for byte, and return its row count.
@@ -352,7 +330,8 @@ def concat_parquet(paths: list[str], dst_path: str) -> int:
     with open(dst_path, "wb") as dst:
         dst.write(MAGIC)
         for p, (_, start, _) in zip(paths, footers):
-            _copy_range(dst, p, len(MAGIC), start - len(MAGIC))
+            if copy_into(dst, p, len(MAGIC), start - len(MAGIC)) != start - len(MAGIC):
+                raise OSError(f"{p}: shorter than its footer says (changed while joined)")
         if dst.tell() != pos:
             raise OSError(f"{dst_path}: wrote {dst.tell()} bytes of row groups, expected {pos}")
         dst.write(footer)

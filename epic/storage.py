@@ -51,7 +51,7 @@ import pyarrow.fs as pafs
 from .errors import SpecError
 
 __all__ = ["Location", "resolve", "check_uri", "store_kind", "commit_rule", "publish", "fsync_local",
-           "deferred_sync",
+           "deferred_sync", "copy_into",
            "read_small", "read_small_json", "REMOTE_SCHEMES", "LOCAL"]
 
 #: The local file system (one instance: it holds no state).
@@ -95,6 +95,36 @@ def store_kind(fs: pafs.FileSystem) -> str:
 def commit_rule(fs: pafs.FileSystem) -> str:
     """How :func:`publish` makes a file visible atomically on ``fs`` (see the module table)."""
     return _RULES[store_kind(fs)]
+
+
+def copy_into(dst, src_path: str, start: int = 0, length: int | None = None) -> int:
+    """Copy bytes ``[start, start + length)`` of the local file ``src_path`` (to its end if
+    ``length`` is None) into the open local file ``dst`` at its position, which moves past them:
+    in the kernel (``copy_file_range``, no copy through Python: the CSV parts of DEBS Q3 are
+    ~30 GB), else in 1 MiB chunks. Returns the bytes copied (fewer when the file is shorter)."""
+    dst.flush()
+    with open(src_path, "rb") as src:
+        if length is None:
+            length = max(os.fstat(src.fileno()).st_size - start, 0)
+        at, done = dst.tell(), 0
+        try:
+            while done < length:
+                k = os.copy_file_range(src.fileno(), dst.fileno(), length - done, start + done,
+                                       at + done)
+                if k == 0:
+                    break
+                done += k
+        except (AttributeError, OSError):
+            pass  # not supported here (or a full disk, which the plain writes raise again)
+        dst.seek(at + done)
+        src.seek(start + done)
+        while done < length:
+            chunk = src.read(min(1 << 20, length - done))
+            if not chunk:
+                break
+            dst.write(chunk)
+            done += len(chunk)
+    return done
 
 
 def fsync_local(fs: pafs.FileSystem, path: str, *, directory: bool = False) -> None:

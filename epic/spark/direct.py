@@ -321,7 +321,7 @@ def _encode(index: int, msg) -> bytes:
                               "temp": None if t is None else
                               [t.path, t.producer, t.batch_id, t.part, t.rows]})
     return msgpack.packb({"o": index, "k": "file", "path": msg.path, "part": msg.part,
-                          "rows": msg.rows, "at": getattr(msg, "inplace", None)})
+                          "rows": msg.rows, "at": msg.inplace})
 
 
 def _decode(data: bytes):

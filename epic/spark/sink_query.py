@@ -28,10 +28,10 @@ or an abort, until the next attempt) the file can end with rows of the batch not
 the sidecar's length is where the committed rows end.
 
 **Parquet** (one file, complete when the input ends). Tasks write
-``parts/b<B>.p<part>.<deploy id>.parquet`` (temp + rename: a replay overwrites the same names); the commit that sees the end of the stream
-concatenates the parts, in order, into a temp file renamed to the final path: their row groups
-are copied byte for byte under one footer (:mod:`epic.parquetcat`; re-encoded only when that
-cannot be done exactly).
+``parts/b<B>.p<part>.<deploy id>.parquet`` (temp + rename: a replay overwrites the same names);
+the commit that sees the end of the stream concatenates the parts, in order, into a temp file
+renamed to the final path: their row groups are copied byte for byte under one footer
+(:mod:`epic.parquetcat`; re-encoded only when that cannot be done exactly).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from epic.atomic import atomic_json, atomic_path
 from epic.parquetcat import NotConcatenable, concat_parquet
+from epic.storage import copy_into
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
 
@@ -195,6 +196,27 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
     def shaped(batches):
         return shaped_rows(node, batches)
 
+    def row_writer(target: str, first: pa.RecordBatch, append: bool = False):
+        """The CsvWriter of a task's rows (a part file, or the output in place)."""
+        from epic.csvio import CsvWriter
+
+        # A formatting thread pays off for big parts only: starting one costs milliseconds on
+        # a busy machine, more than a few rows take.
+        return CsvWriter(target, columns=out_schema.names, header=False,
+                         delimiter=sink.delimiter, float_format=sink.float_format,
+                         background=first.num_rows >= BACKGROUND_ROWS, hold_rows=HOLD_ROWS,
+                         append=append)
+
+    def new_file() -> int:
+        """Start the output file anew, holding its header only; its length."""
+        from epic.csvio import header_line
+
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        head = header_line(out_schema.names, sink.delimiter) if sink.header else b""
+        with open(path, "wb") as f:
+            f.write(head)
+        return len(head)
+
     def write_in_place(batches, batch_id: int) -> _Part:
         """Part 0 of a CSV sink writes its rows into the output file itself, right after the
         committed length (the commit then only checks, appends the other parts and records):
@@ -211,7 +233,6 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
             return _write_rows_in_place(batches, batch_id, rec)
 
     def _write_rows_in_place(batches, batch_id: int, rec: dict | None) -> _Part:
-        from epic.csvio import CsvWriter, header_line
         from epic.errors import OutputError
 
         rows, w, start = 0, None, None
@@ -242,19 +263,11 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                 try:
                     if w is None:
                         if rec is None:  # this deploy's first commit: a new file, its header
-                            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-                            head = header_line(out_schema.names, sink.delimiter) \
-                                if sink.header else b""
-                            with open(path, "wb") as f:
-                                f.write(head)
-                            start = len(head)
+                            start = new_file()
                         else:
                             start = rec["length"]
                             os.truncate(path, start)  # a failed attempt's rows after it
-                        w = CsvWriter(path, columns=out_schema.names, header=False,
-                                      delimiter=sink.delimiter, float_format=sink.float_format,
-                                      background=b.num_rows >= BACKGROUND_ROWS,
-                                      hold_rows=HOLD_ROWS, append=True)
+                        w = row_writer(path, b, append=True)
                     w.write(b)
                 except (OSError, OutputError) as exc:
                     raise failed(exc) from None
@@ -283,8 +296,6 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                 return write_in_place(shaped(iterator), batch_id)
             if is_csv:
                 # Streamed: a micro-batch of DEBS Q3 heat-map rows is ~10^8 CSV rows.
-                from epic.csvio import CsvWriter
-
                 rows, w, tmp = 0, None, None
                 try:
                     for b in shaped(iterator):
@@ -292,13 +303,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                             os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
                             tmp = os.path.join(meta, "_tmp",
                                                f"b{batch_id}.p{part}.{uuid.uuid4().hex}.csv")
-                            # A formatting thread pays off for big parts only: starting one
-                            # costs milliseconds on a busy machine, more than a few rows take.
-                            w = CsvWriter(tmp, columns=schema.names, header=False,
-                                          delimiter=sink.delimiter,
-                                          float_format=sink.float_format,
-                                          background=b.num_rows >= BACKGROUND_ROWS,
-                                          hold_rows=HOLD_ROWS)
+                            w = row_writer(tmp, b)
                         w.write(b)
                         rows += b.num_rows
                 except BaseException:
@@ -372,8 +377,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
         def _commit_csv(self, messages, batchId, rec, parts, placed, rows, eos, owner):
             from epic.errors import OutputError, StateError
 
-            if any(m is not None for m in messages) \
-                    and not any(m is not None and m.part == 0 for m in messages):
+            if messages and not any(m.part == 0 for m in messages):
                 # partition 0 writes in place: without its message its rows (if any) cannot
                 # be told from a failed attempt's
                 raise StateError(f"{path}: micro-batch {batchId} has no message from "
@@ -392,14 +396,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                             f"{length} (file size {os.path.getsize(path)}); rerun the same "
                             "epic deploy: it writes the batch again")
                 elif rec is None:
-                    from epic.csvio import CsvWriter
-
-                    names = sink.output_schema(stream.schema).names
-                    CsvWriter(path, columns=names, header=sink.header,
-                              delimiter=sink.delimiter).close()
-                    if not os.path.exists(path):
-                        open(path, "wb").close()
-                    length = os.path.getsize(path)
+                    length = new_file()
                 else:
                     length = rec["length"]
                 committed = length
@@ -410,7 +407,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                     f.truncate(length)
                     f.seek(length)
                     for m in parts:
-                        _append_file(f, m.path)
+                        copy_into(f, m.path)
                         if not wrote and f.tell() > committed:
                             # Tests: after the first part that wrote bytes (a fused query's
                             # first parts can be empty files), with partition 0's rows
@@ -531,32 +528,6 @@ def _reencode_parquet(files: list[str], tmp: str, schema: pa.Schema) -> None:
             for g in range(pf.num_row_groups):
                 t = pf.read_row_group(g)
                 w.write_table(pa.Table.from_arrays(t.columns, schema=schema))
-
-
-def _append_file(f, src_path: str) -> None:
-    """Append file ``src_path`` to the open file ``f`` at its position: in the kernel
-    (``copy_file_range``, no copy through Python; the CSV parts of DEBS Q3 are ~30 GB), else in
-    1 MiB chunks."""
-    f.flush()
-    with open(src_path, "rb") as src:
-        size = os.fstat(src.fileno()).st_size
-        at = f.tell()
-        done = 0
-        try:
-            while done < size:
-                k = os.copy_file_range(src.fileno(), f.fileno(), size - done, done, at + done)
-                if k == 0:
-                    break
-                done += k
-        except (AttributeError, OSError):
-            src.seek(done)
-            f.seek(at + done)
-            while True:
-                chunk = src.read(1 << 20)
-                if not chunk:
-                    return
-                f.write(chunk)
-        f.seek(at + done)
 
 
 def _remove(p: str) -> None:
