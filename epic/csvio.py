@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from epic.directio import native_append
 from epic.errors import InputError, OutputError, SpecError
 
 __all__ = [
@@ -873,10 +874,9 @@ class CsvWriter:
         return pa.table(arrays, names=table.column_names)
 
     def _open(self, names: list[str]) -> pa.NativeFile:
-        if self._append:
-            sink = pa.OSFile(self._path, "ab")
-        elif self._fs is None:
-            sink = pa.output_stream(self._path, compression=None)
+        if self._fs is None:
+            # whole blocks straight to the disk where the file system allows (epic.directio)
+            sink = native_append(self._path, append=self._append)
         else:
             sink = self._fs.open_output_stream(self._path)
         if self._header:

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from epic.atomic import atomic_json, atomic_path
+from epic.directio import append_file, open_append
 from epic.parquetcat import NotConcatenable, concat_parquet
-from epic.storage import copy_into
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import freeze_gc_once
 
@@ -400,14 +400,13 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                 else:
                     length = rec["length"]
                 committed = length
-                with open(path, "r+b") as f:
+                if placed:
+                    length = end
+                os.truncate(path, length)
+                with open_append(path, append=True) as f:
                     wrote = False
-                    if placed:
-                        length = end
-                    f.truncate(length)
-                    f.seek(length)
                     for m in parts:
-                        copy_into(f, m.path)
+                        append_file(f, m.path)
                         if not wrote and f.tell() > committed:
                             # Tests: after the first part that wrote bytes (a fused query's
                             # first parts can be empty files), with partition 0's rows
