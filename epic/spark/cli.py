@@ -67,7 +67,9 @@ def register(app: typer.Typer) -> None:
                                                   "query."),
                partitions: Optional[int] = typer.Option(None, "--partitions",
                                                         help="Partitions of keyed stateful "
-                                                             "nodes (fixed at first start)."),
+                                                             "nodes (fixed at first start; "
+                                                             "default: the cores divided by "
+                                                             "the keyed queries, at least 1)."),
                timeout: Optional[float] = typer.Option(None, "--timeout",
                                                        help="Give up after this many seconds."),
                debug: bool = typer.Option(False, "--debug",

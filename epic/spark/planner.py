@@ -262,6 +262,29 @@ def plan_units(topology: Topology, groups: list[list]) -> list[list[list]]:
     return units
 
 
+def keyed_queries(plan: DeployPlan) -> int:
+    """How many of ``plan``'s queries run a keyed stateful node in per-partition tasks."""
+    n = 0
+    for unit in plan.units:
+        st = next((x for x in unit[0] if plan.modes.get(x.name, "stateless") != "stateless"),
+                  None)
+        n += st is not None and plan.modes[st.name] == "keyed"
+    return n
+
+
+def auto_partitions(topology: Topology, *, cores: int, fuse: bool) -> int:
+    """The default partitions of keyed stateful nodes: the cores divided among the queries with
+    keyed nodes, at least 1. Each keyed query runs its partitions' tasks side by side: with
+    at least as many busy keyed queries as cores, a second partition only adds work (every
+    task reads the query's whole input, the CSV parts beyond partition 0's are copied by the
+    commit, one more snapshot per micro-batch); with one keyed query (a lone window), the
+    partitions are its only parallelism. (The DEBS full game on 2 cores, fused: 219 s with 1
+    partition, 245 s with 2; docs/performance.md, session 16.)"""
+    probe = DeployPlan(topology, "/nonexistent-epic-probe", partitions=1, fuse=fuse,
+                       batch_rows=None)
+    return max(1, int(cores) // max(1, keyed_queries(probe)))
+
+
 #: With a live source (docs/deploy.md, "Live and paced sources"), the tasks of the queries that
 #: read none run at this nice value (``--conf spark.epic.backgroundNice=N``; 0: off): on a busy
 #: machine a row's path from the live source to the outputs of the query reading it then waits

@@ -303,8 +303,10 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         batch_rows: rows per micro-batch read from a source or topic; default: per query, about
             64 MB of its input's columns, at least 1 M and at most 8 M rows
             (:func:`epic.spark.planner.auto_batch_rows`).
-        partitions: partitions of keyed stateful nodes (default: the session's
-            ``spark.sql.shuffle.partitions``); fixed at the first start of ``workdir``.
+        partitions: partitions of keyed stateful nodes; fixed at the first start of
+            ``workdir``. Default: ``spark.sql.shuffle.partitions`` when ``conf`` sets it, else
+            Spark's cores divided by the queries with keyed nodes, at least 1
+            (:func:`epic.spark.planner.auto_partitions`).
         trigger_interval: seconds between micro-batch triggers of each query.
         poll_interval: seconds between the driver's checks for completion and failures (at
             least 0.25 s with a remote work directory; the status document is refreshed at most
@@ -491,7 +493,15 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
     settings.update(spark.conf.getAll)
     _write_json(f"{wd}/spark-conf.json", dict(sorted(settings.items())))
     if partitions is None:
-        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        if "spark.sql.shuffle.partitions" in (conf or {}):
+            partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        else:
+            from epic.spark.planner import auto_partitions
+
+            cores = spark.sparkContext.defaultParallelism
+            if str(spark.conf.get("spark.master", "")).startswith("local"):
+                cores = min(cores, os.cpu_count() or 1)  # live_slots: more slots than cores
+            partitions = auto_partitions(topology, fuse=fuse, cores=cores)
     partitions = _manifest(wd, topology, partitions, fuse, driver)
     os.makedirs(os.path.join(driver, "checkpoints"), exist_ok=True)
     if not remote:  # object stores have no directories (and HDFS makes them on write)
