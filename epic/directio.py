@@ -6,13 +6,15 @@ virtual machine, having the host back them), then write back from a kernel threa
 machine of docs/performance.md that was 0.4-2.3 CPU-s per GB, noisy from run to run; a DEBS
 full game writes 49 GB of CSV. :class:`DirectAppender` hands whole 4 KiB blocks to the disk
 straight from one reused, page-aligned staging buffer (0.05 CPU-s per GB there) and writes only
-the last, partial block of each :meth:`~DirectAppender.write` through the cache.
+the last, partial block of each large :meth:`~DirectAppender.write` through the cache; a small
+write (under :data:`MIN_DIRECT`, a paced replay's trickle) goes through the cache whole.
 
 What a reader of the file sees is the same as with plain writes:
 
 * after each :meth:`~DirectAppender.write` the file holds every byte written so far and ends
-  there (the partial block is written through the cache at once; the next direct write of that
-  block carries the same bytes, and the kernel writes back and drops the cached copy first);
+  there (the partial block is written through the cache at once and kept in the buffer; the next
+  direct write of that block carries the same bytes, and the kernel writes back and drops the
+  cached copy first);
 * the file never holds padding: only whole blocks go direct, at block-aligned offsets, and a
   block is written only once all its bytes are known.
 
