@@ -27,6 +27,7 @@ OS, a file system that refuses ``O_DIRECT`` (tmpfs on older kernels), or ``EPIC_
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 
@@ -99,6 +100,7 @@ class DirectAppender:
             raise
         self._pos = size
         self._closed = False
+        self._direct_ok = True
 
     @property
     def closed(self) -> bool:
@@ -151,7 +153,17 @@ class DirectAppender:
         full = self._n - self._n % BLOCK
         if not full:
             return
-        self._pwrite_all(self._dfd, 0, full)
+        if self._direct_ok:
+            try:
+                self._pwrite_all(self._dfd, 0, full)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                # The file system took O_DIRECT at open but refuses these writes (a stricter
+                # alignment): the rest goes through the cache (the same bytes, idempotent).
+                self._direct_ok = False
+        if not self._direct_ok:
+            self._pwrite_all(self._bfd, 0, full)
         rest = self._n - full
         if rest:
             self._stage.move(0, full, rest)

@@ -193,3 +193,24 @@ def test_a_failed_write_raises_and_closes(direct_dir, monkeypatch):
         assert err.value.errno == 28
         w.close()
         assert w.closed
+
+
+def test_direct_writes_refused_after_open_go_through_the_cache(direct_dir, monkeypatch):
+    """A file system that accepts O_DIRECT at open but refuses the writes (EINVAL): the bytes
+    go through the cache instead, the file is whole."""
+    path = str(direct_dir / "e.bin")
+    w = DirectAppender(path)
+    real = os.pwrite
+
+    def pwrite(fd, data, at):
+        if fd == w._dfd:
+            raise OSError(22, "Invalid argument")
+        return real(fd, data, at)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    data = os.urandom(3 * directio.MIN_DIRECT + 123)
+    w.write(data[:directio.MIN_DIRECT + 5])
+    w.write(data[directio.MIN_DIRECT + 5:])
+    w.close()
+    monkeypatch.setattr(os, "pwrite", real)
+    assert open(path, "rb").read() == data
