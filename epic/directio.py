@@ -217,7 +217,12 @@ def open_append(path: str | os.PathLike[str], *, append: bool = False):
             return DirectAppender(path, append=append)
         except OSError:
             pass   # e.g. EINVAL: this file system refuses O_DIRECT
-    return open(path, "ab" if append else "wb")
+    if not append:
+        return open(path, "wb")
+    # Positioned at the end, but not O_APPEND: copy_file_range refuses appending descriptors.
+    f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
+    f.seek(0, os.SEEK_END)
+    return f
 
 
 def native_append(path: str | os.PathLike[str], *, append: bool = False) -> pa.NativeFile:

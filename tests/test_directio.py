@@ -214,3 +214,31 @@ def test_direct_writes_refused_after_open_go_through_the_cache(direct_dir, monke
     w.close()
     monkeypatch.setattr(os, "pwrite", real)
     assert open(path, "rb").read() == data
+
+
+def test_plain_fallback_appends_with_the_kernel_copy(tmp_path, monkeypatch):
+    """Without direct I/O, append_file is the kernel's copy (copy_file_range, which refuses an
+    O_APPEND descriptor): the destination from open_append(append=True) must not be one."""
+    monkeypatch.setenv(directio.ENV, "0")
+    dst, src = tmp_path / "d.bin", tmp_path / "s.bin"
+    dst.write_bytes(b"head")
+    src.write_bytes(b"x" * 100_000)
+    calls = []
+    real = getattr(os, "copy_file_range", None)
+    if real is None:
+        pytest.skip("no copy_file_range here")
+
+    def spy(*a, **k):
+        n = real(*a, **k)          # raises EBADF on an O_APPEND destination
+        calls.append(n)
+        return n
+
+    monkeypatch.setattr(os, "copy_file_range", spy)
+    with open_append(dst, append=True) as f:
+        assert f.tell() == 4
+        assert append_file(f, str(src)) == 100_000
+    assert sum(calls) == 100_000   # all of it copied in the kernel
+    assert dst.read_bytes() == b"head" + b"x" * 100_000
+    with open_append(tmp_path / "new.bin", append=True) as f:   # a missing file is created
+        f.write(b"n")
+    assert (tmp_path / "new.bin").read_bytes() == b"n"
