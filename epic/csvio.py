@@ -778,6 +778,11 @@ def _preformat_column(arr: pa.Array) -> pa.Array | None:
 #: tables a background CsvWriter may hold ahead of its caller
 _QUEUE = 4
 
+#: A table of fewer Arrow bytes than this, written to a file every write reaches, goes through
+#: the page cache at once instead of epic.directio's staging (about the CSV bytes of a flush
+#: below ``directio.MIN_DIRECT``)
+_THROUGH_BYTES = 4 << 20
+
 #: rows pyarrow formats per step (its default, 1024, costs 10-35 % more per row on DEBS outputs)
 _CSV_BATCH = 16384
 
@@ -846,6 +851,7 @@ class CsvWriter:
         if self._append and (filesystem is not None or header):
             raise SpecError("CsvWriter(append=True) writes a local file's rows after its end: "
                             "give header=False and no filesystem")
+        self._through = None   # the DirectAppender of an unheld local file (write_through)
         self._held: list[pa.Table] = []  # prepared tables not yet handed to _write
         self._held_rows = 0
         self._accepted = 0
@@ -876,7 +882,9 @@ class CsvWriter:
     def _open(self, names: list[str]) -> pa.NativeFile:
         if self._fs is None:
             # whole blocks straight to the disk where the file system allows (epic.directio)
-            sink = native_append(self._path, append=self._append)
+            sink, raw = native_append(self._path, append=self._append,
+                                      lazy=self._hold_rows > 0)
+            self._through = raw if not self._hold_rows else None
         else:
             sink = self._fs.open_output_stream(self._path)
         if self._header:
@@ -966,15 +974,24 @@ class CsvWriter:
             # pyarrow's own quoting styles quote every string, so quote-free tables (the common
             # case) are written unquoted by pyarrow and the rare others by Python's csv module.
             table = _preformat(table)
-            pacsv.write_csv(table, self._sink, write_options=pacsv.WriteOptions(
-                include_header=False, delimiter=self._delimiter, quoting_style="none",
-                batch_size=_CSV_BATCH))
+            options = pacsv.WriteOptions(include_header=False, delimiter=self._delimiter,
+                                         quoting_style="none", batch_size=_CSV_BATCH)
+            if self._through is not None and table.nbytes < _THROUGH_BYTES:
+                # a small table of a file every write reaches: through the page cache at once
+                # (epic.directio's staging and direct writes pay off for large ones only)
+                buf = pa.BufferOutputStream()
+                pacsv.write_csv(table, buf, write_options=options)
+                self._through.write_through(buf.getvalue())
+            else:
+                pacsv.write_csv(table, self._sink, write_options=options)
         else:
             text = io.StringIO()
             writer = csv.writer(text, delimiter=self._delimiter, lineterminator="\n")
             for row in zip(*(col.to_pylist() for col in table.columns)):
                 writer.writerow(["" if v is None else v for v in row])
             self._sink.write(text.getvalue().encode("utf-8"))
+        if not self._hold_rows:
+            self._sink.flush()   # every write reaches the file (epic.directio stages blocks)
         self._rows += table.num_rows
         self._good = self._sink.tell()
 

@@ -4,19 +4,24 @@ Writing a CSV output through the page cache costs the writer about as much CPU a
 every byte is copied into cache pages that the kernel must first find (reclaiming others, or, in a
 virtual machine, having the host back them), then write back from a kernel thread. On the
 machine of docs/performance.md that was 0.4-2.3 CPU-s per GB, noisy from run to run; a DEBS
-full game writes 49 GB of CSV. :class:`DirectAppender` hands whole 4 KiB blocks to the disk
-straight from one reused, page-aligned staging buffer (0.05 CPU-s per GB there) and writes only
-the last, partial block of each large :meth:`~DirectAppender.write` through the cache; a small
-write (under :data:`MIN_DIRECT`, a paced replay's trickle) goes through the cache whole.
+full game writes 49 GB of CSV. :class:`DirectAppender` stages the bytes in a reused, page-aligned
+8 MB buffer and hands whole 4 KiB blocks to the disk straight from it (0.05 CPU-s per GB there).
 
-What a reader of the file sees is the same as with plain writes:
+What a reader of the file sees is the same as with plain writes, at each
+:meth:`~DirectAppender.flush` and at close:
 
-* after each :meth:`~DirectAppender.write` the file holds every byte written so far and ends
-  there (the partial block is written through the cache at once and kept in the buffer; the next
-  direct write of that block carries the same bytes, and the kernel writes back and drops the
-  cached copy first);
+* the file holds every byte written so far and ends there: the partial last block is written
+  through the cache (and kept in the buffer; the next direct write of that block carries the
+  same bytes, and the kernel writes back and drops the cached copy first), and so are all the
+  bytes of a flush that follows fewer than :data:`MIN_DIRECT` new bytes (a direct write waits
+  for the disk: for a few MB the cache is faster, and a paced replay's trickle stays cheap);
 * the file never holds padding: only whole blocks go direct, at block-aligned offsets, and a
-  block is written only once all its bytes are known.
+  block is written only once all its bytes are known. Between flushes it holds a prefix of
+  what was written.
+
+A ``lazy`` appender (a deploy task's CSV rows: read only once the task closed them) does not
+complete the file at a flush; a background thread writes one buffer's blocks while the caller
+fills the other, so the writer does not wait for the disk.
 
 An appender opened on an existing file (``append=True``) starts at its end: the partial block
 there is read back into the staging buffer and rewritten whole.
@@ -46,10 +51,11 @@ BLOCK = 4096
 #: Direct writes happen in whole blocks of at most this many bytes (the staging buffer's size).
 STAGE = 8 << 20
 
-#: A write of fewer bytes goes through the cache only: a trickle of small writes (a paced
-#: replay's) pays no synchronous disk write per call. pyarrow's CSV writer hands over ~1-2 MB
-#: per call for large tables (16384 rows).
-MIN_DIRECT = 256 << 10
+#: A flush after fewer new bytes than this writes them through the cache: a direct write waits
+#: for the disk (a deploy's lazy writers do that on a background thread, a flush cannot), which
+#: for a few MB costs more wall time than the cache does (``scripts/bench_csv.py``'s 5,000-row
+#: writes), and a paced replay's trickle of small writes stays cheap.
+MIN_DIRECT = 4 << 20
 
 
 def enabled() -> bool:
@@ -64,6 +70,12 @@ class DirectAppender:
     ``OSError`` where the file system refuses ``O_DIRECT``. ``tell``, ``write``, ``flush`` and
     ``close`` as a file's; wrap it in ``pyarrow.PythonFile`` for pyarrow's writers.
 
+    The file holds every byte written after each :meth:`flush` and at :meth:`close`; between
+    them, whole staged blocks reach the disk as the buffer fills. ``lazy``: for a file read only
+    once closed (a deploy task's CSV rows): :meth:`flush` does nothing, and the buffer's
+    blocks are written by a background thread while the caller fills a second buffer, so the
+    caller does not wait for the disk (an error surfaces at the next write or at close).
+
     Example:
         >>> import tempfile, os
         >>> p = os.path.join(tempfile.mkdtemp(), "out.csv")
@@ -74,7 +86,8 @@ class DirectAppender:
         (12005, b'1,2\\n1,2\\n')
     """
 
-    def __init__(self, path: str, *, append: bool = False, stage: int = STAGE):
+    def __init__(self, path: str, *, append: bool = False, stage: int = STAGE,
+                 lazy: bool = False):
         self._path = path
         flags = os.O_WRONLY | os.O_CREAT | (0 if append else os.O_TRUNC)
         self._dfd = os.open(path, flags | os.O_DIRECT, 0o644)
@@ -99,8 +112,13 @@ class DirectAppender:
                     os.close(fd)
             raise
         self._pos = size
+        self._flushed = size      # the file holds every byte before this offset
         self._closed = False
         self._direct_ok = True
+        self._lazy = bool(lazy)
+        self._spare = mmap.mmap(-1, self._cap) if lazy else None
+        self._pool = None
+        self._pending = None      # the background write of the other buffer (lazy)
 
     @property
     def closed(self) -> bool:
@@ -123,67 +141,125 @@ class DirectAppender:
             raise ValueError("write to a closed file")
         mv = memoryview(data).cast("B")
         total = len(mv)
-        start = self._pos   # the file offset of the first new byte
         done = 0
         while done < total:
             k = min(self._cap - self._n, total - done)
             self._stage[self._n:self._n + k] = mv[done:done + k]
             self._n += k
             done += k
+            self._pos += k
             if self._n == self._cap:
-                self._direct()
-        if total >= MIN_DIRECT:
-            self._direct()
-        # What is not on disk yet goes through the cache, so that the file ends at the last
-        # byte written: the partial last block, or all of a small write.
-        at = max(start, self._base)
+                self._blocks()
+        return total
+
+    def write_through(self, data) -> int:
+        """Write ``data`` through the page cache at once (not ``lazy``): the file then holds
+        every byte written and ends there. For small writes, where staging and a direct write
+        cost more than the cache (the caller knows a write's size: a CSV table)."""
+        if self._closed:
+            raise ValueError("write to a closed file")
+        if self._lazy:
+            return self.write(data)
+        self.flush()
+        mv = memoryview(data).cast("B")
+        total = len(mv)
+        if not total:
+            return 0
+        off = 0
+        while off < total:
+            off += os.pwrite(self._bfd, mv[off:], self._pos + off)
+        end = self._pos + total
+        base = end - end % BLOCK
+        if base == self._base:
+            self._stage[self._n:self._n + total] = mv
+            self._n += total
+        else:   # crossed a block boundary: the new partial block is all from ``data``
+            r = end - base
+            self._stage[:r] = mv[total - r:]
+            self._base, self._n = base, r
+        self._pos = self._flushed = end
+        return total
+
+    def flush(self) -> None:
+        """Make the file hold every byte written so far and end there (not ``lazy``): the
+        staged whole blocks go direct when at least :data:`MIN_DIRECT` bytes came since the
+        last flush, else through the cache, like the partial last block."""
+        if self._closed or self._lazy or self._flushed == self._pos:
+            return
+        self._complete(direct=self._pos - self._flushed >= MIN_DIRECT)
+
+    def _complete(self, direct: bool) -> None:
+        if direct:
+            self._blocks()
+        at = max(self._flushed, self._base)
         if self._base + self._n > at:
-            self._pwrite_all(self._bfd, at - self._base, self._base + self._n - at)
-        if total < MIN_DIRECT:
-            # its whole blocks are in the file: keep only the partial last block
+            self._pwrite_all(self._bfd, self._stage, at - self._base,
+                             self._base + self._n - at, self._base)
+        if not direct:
+            # the whole blocks are in the file now: keep only the partial last block
             full = self._n - self._n % BLOCK
             if full:
                 self._stage.move(0, full, self._n - full)
                 self._base += full
                 self._n -= full
-        self._pos += total
-        return total
+        self._flushed = self._pos
 
-    def _direct(self) -> None:
+    def _blocks(self) -> None:
+        """Write the buffer's whole blocks direct (on the background thread when ``lazy``)."""
         full = self._n - self._n % BLOCK
         if not full:
             return
+        rest = self._n - full
+        if self._lazy:
+            self._wait()
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="epic-direct")
+            buf, base = self._stage, self._base
+            self._pending = self._pool.submit(self._write_blocks, buf, base, full)
+            if rest:
+                self._spare[:rest] = buf[full:full + rest]
+            self._stage, self._spare = self._spare, buf
+        else:
+            self._write_blocks(self._stage, self._base, full)
+            if rest:
+                self._stage.move(0, full, rest)
+        self._base += full
+        self._n = rest
+        # a flush after this rewrites nothing before the blocks just written
+        self._flushed = max(self._flushed, min(self._base, self._pos))
+
+    def _write_blocks(self, buf: mmap.mmap, base: int, full: int) -> None:
         if self._direct_ok:
             try:
-                self._pwrite_all(self._dfd, 0, full)
+                self._pwrite_all(self._dfd, buf, 0, full, base)
+                return
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 # The file system took O_DIRECT at open but refuses these writes (a stricter
                 # alignment): the rest goes through the cache (the same bytes, idempotent).
                 self._direct_ok = False
-        if not self._direct_ok:
-            self._pwrite_all(self._bfd, 0, full)
-        rest = self._n - full
-        if rest:
-            self._stage.move(0, full, rest)
-        self._base += full
-        self._n = rest
+        self._pwrite_all(self._bfd, buf, 0, full, base)
 
-    def _pwrite_all(self, fd: int, at: int, length: int) -> None:
-        view = memoryview(self._stage)
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()   # re-raises the background write's error
+
+    @staticmethod
+    def _pwrite_all(fd: int, buf: mmap.mmap, at: int, length: int, base: int) -> None:
+        view = memoryview(buf)
         try:
             off = 0
             while off < length:
-                off += os.pwrite(fd, view[at + off:at + length], self._base + at + off)
+                off += os.pwrite(fd, view[at + off:at + length], base + at + off)
         finally:
             try:
                 view.release()
             except BufferError:
                 pass
-
-    def flush(self) -> None:
-        pass
 
     def fileno(self) -> int:
         """The descriptor of the file's cached side (for ``os.fsync``: either one syncs the
@@ -191,14 +267,26 @@ class DirectAppender:
         return self._bfd
 
     def close(self) -> None:
+        """Write what is left (the file then ends at the last byte written) and close."""
         if self._closed:
             return
         self._closed = True
         try:
-            os.close(self._dfd)
+            self._wait()
+            self._lazy = False   # the last blocks are written here, before the descriptors close
+            if self._pos != self._flushed:
+                self._complete(direct=True)
         finally:
-            os.close(self._bfd)
-            _close_buffer(self._stage)
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+            try:
+                os.close(self._dfd)
+            finally:
+                os.close(self._bfd)
+                _close_buffer(self._stage)
+                if self._spare is not None:
+                    _close_buffer(self._spare)
 
     def __enter__(self) -> DirectAppender:
         return self
@@ -207,14 +295,14 @@ class DirectAppender:
         self.close()
 
 
-def open_append(path: str | os.PathLike[str], *, append: bool = False):
+def open_append(path: str | os.PathLike[str], *, append: bool = False, lazy: bool = False):
     """A file object appending to the local file ``path`` (``append``: after its current end,
-    else created or emptied): a :class:`DirectAppender` where direct I/O works, else a plain
-    buffered file."""
+    else created or emptied): a :class:`DirectAppender` (``lazy``: see there) where direct I/O
+    works, else a plain buffered file."""
     path = os.fspath(path)
     if enabled():
         try:
-            return DirectAppender(path, append=append)
+            return DirectAppender(path, append=append, lazy=lazy)
         except OSError:
             pass   # e.g. EINVAL: this file system refuses O_DIRECT
     if not append:
@@ -225,13 +313,16 @@ def open_append(path: str | os.PathLike[str], *, append: bool = False):
     return f
 
 
-def native_append(path: str | os.PathLike[str], *, append: bool = False) -> pa.NativeFile:
-    """:func:`open_append` as a pyarrow output stream (for ``pyarrow.csv.write_csv``)."""
-    f = open_append(path, append=append)
+def native_append(path: str | os.PathLike[str], *, append: bool = False,
+                  lazy: bool = False) -> tuple[pa.NativeFile, DirectAppender | None]:
+    """:func:`open_append` as a pyarrow output stream (for ``pyarrow.csv.write_csv``; its
+    ``flush`` reaches the appender), and the :class:`DirectAppender` under it (None: a plain
+    file)."""
+    f = open_append(path, append=append, lazy=lazy)
     if isinstance(f, DirectAppender):
-        return pa.PythonFile(f, mode="w")
+        return pa.PythonFile(f, mode="w"), f
     f.close()
-    return pa.OSFile(os.fspath(path), "ab" if append else "wb")
+    return pa.OSFile(os.fspath(path), "ab" if append else "wb"), None
 
 
 def append_file(dst, src_path: str) -> int:

@@ -34,25 +34,36 @@ SIZES = st.lists(st.one_of(st.integers(0, 3 * BLOCK),
                  min_size=1, max_size=12)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(head=st.integers(0, 3 * BLOCK), sizes=SIZES, stage=st.sampled_from([BLOCK, 3 * BLOCK, 1 << 20]),
-       seed=st.integers(0, 255))
-def test_appends_equal_plain_writes(direct_dir, head, sizes, stage, seed):
-    """Any mix of small and large writes, after any existing length: after every write the file
-    is exactly what was written so far (the reference: the bytes concatenated)."""
+       seed=st.integers(0, 255), flushes=st.lists(st.sampled_from(["write", "flush", "through"]),
+                                                  min_size=12, max_size=12),
+       lazy=st.booleans())
+def test_appends_equal_plain_writes(direct_dir, head, sizes, stage, seed, flushes, lazy):
+    """Any mix of small and large writes (staged, or through the cache), after any existing
+    length, flushed or not, lazy or not: after every flush and every write_through (not lazy)
+    and at close the file is exactly what was written so far
+    (the reference: the bytes concatenated), and between them a prefix of it."""
     path = str(direct_dir / f"f{seed}.bin")
     expect = bytes((i * 7 + seed) % 251 for i in range(head))
     with open(path, "wb") as f:
         f.write(expect)
-    w = DirectAppender(path, append=True, stage=stage)
+    w = DirectAppender(path, append=True, stage=stage, lazy=lazy)
     assert w.tell() == head
     for k, n in enumerate(sizes):
         chunk = bytes(((k + 1) * 31 + i + seed) % 256 for i in range(n))
-        assert w.write(chunk) == n
+        how = flushes[k]
+        assert (w.write_through(chunk) if how == "through" else w.write(chunk)) == n
         expect += chunk
         assert w.tell() == len(expect)
+        if how == "flush":
+            w.flush()
         with open(path, "rb") as f:
-            assert f.read() == expect      # a reader sees every byte, and nothing after them
+            got = f.read()
+        if how != "write" and not lazy:
+            assert got == expect          # a reader sees every byte, and nothing after them
+        elif not lazy:
+            assert expect.startswith(got)  # no padding, no byte out of place
     w.close()
     assert os.path.getsize(path) == len(expect)
     with open(path, "rb") as f:
@@ -189,10 +200,27 @@ def test_a_failed_write_raises_and_closes(direct_dir, monkeypatch):
         monkeypatch.setattr(os, "pwrite", pwrite)
         with pytest.raises(OSError) as err:
             append_file(w, src)
+            w.flush()                   # at the latest: the commit flushes before its fsync
         monkeypatch.setattr(os, "pwrite", real)
         assert err.value.errno == 28
         w.close()
         assert w.closed
+    # lazy: the background write's error surfaces at the next write or at close
+    calls = {"n": 0}
+
+    def failing(fd, data, at):
+        raise OSError(28, "No space left on device")
+
+    w = DirectAppender(str(direct_dir / "lazy.bin"), lazy=True, stage=4 * BLOCK)
+    monkeypatch.setattr(os, "pwrite", failing)
+    with pytest.raises(OSError) as err:
+        for _ in range(4):
+            w.write(b"y" * (4 * BLOCK))
+        w.close()
+    monkeypatch.setattr(os, "pwrite", real)
+    assert err.value.errno == 28
+    w.close()
+    assert w.closed
 
 
 def test_direct_writes_refused_after_open_go_through_the_cache(direct_dir, monkeypatch):
