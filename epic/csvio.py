@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from epic.directio import native_append
+from epic.directio import MIN_DIRECT, native_append
 from epic.errors import InputError, OutputError, SpecError
 
 __all__ = [
@@ -778,11 +778,6 @@ def _preformat_column(arr: pa.Array) -> pa.Array | None:
 #: tables a background CsvWriter may hold ahead of its caller
 _QUEUE = 4
 
-#: A table of fewer Arrow bytes than this, written to a file every write reaches, goes through
-#: the page cache at once instead of epic.directio's staging (about the CSV bytes of a flush
-#: below ``directio.MIN_DIRECT``)
-_THROUGH_BYTES = 4 << 20
-
 #: rows pyarrow formats per step (its default, 1024, costs 10-35 % more per row on DEBS outputs)
 _CSV_BATCH = 16384
 
@@ -976,7 +971,7 @@ class CsvWriter:
             table = _preformat(table)
             options = pacsv.WriteOptions(include_header=False, delimiter=self._delimiter,
                                          quoting_style="none", batch_size=_CSV_BATCH)
-            if self._through is not None and table.nbytes < _THROUGH_BYTES:
+            if self._through is not None and table.nbytes < MIN_DIRECT:
                 # a small table of a file every write reaches: through the page cache at once
                 # (epic.directio's staging and direct writes pay off for large ones only)
                 buf = pa.BufferOutputStream()

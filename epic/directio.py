@@ -318,11 +318,14 @@ def native_append(path: str | os.PathLike[str], *, append: bool = False,
     """:func:`open_append` as a pyarrow output stream (for ``pyarrow.csv.write_csv``; its
     ``flush`` reaches the appender), and the :class:`DirectAppender` under it (None: a plain
     file)."""
-    f = open_append(path, append=append, lazy=lazy)
-    if isinstance(f, DirectAppender):
-        return pa.PythonFile(f, mode="w"), f
-    f.close()
-    return pa.OSFile(os.fspath(path), "ab" if append else "wb"), None
+    path = os.fspath(path)
+    if enabled():
+        try:
+            f = DirectAppender(path, append=append, lazy=lazy)
+            return pa.PythonFile(f, mode="w"), f
+        except OSError:
+            pass   # e.g. EINVAL: this file system refuses O_DIRECT
+    return pa.OSFile(path, "ab" if append else "wb"), None
 
 
 def append_file(dst, src_path: str) -> int:
