@@ -490,12 +490,56 @@ def _fold_maps(base: tuple[int, int], grid: tuple[int, int]) -> list:
     return maps
 
 
+@functools.lru_cache(maxsize=16)
+def _whole_axes(base: tuple[int, ...], grid: tuple[int, int]):
+    """``(coarse column per base column, coarse row per base row)`` when every base cell lies
+    in one coarse cell (the grids divide each other; both maps non-decreasing), else None."""
+    maps = _fold_maps(base, grid)
+    if len(maps) != 1 or not maps[0][2]:
+        return None
+    fx = _axis_map(base[0], grid[0])[0][:, 0]
+    fy = _axis_map(tuple(base[1:]), grid[1])[0][:, 0]
+    if (np.diff(fx) < 0).any() or (np.diff(fy) < 0).any():
+        return None
+    return fx.copy(), fy.copy()
+
+
+def _ascending(row, cell) -> bool:
+    """Whether the cells of every row are strictly ascending (rows in order)."""
+    if len(cell) < 2:
+        return True
+    dr, dc = np.diff(row), np.diff(cell)
+    return bool(((dr > 0) | ((dr == 0) & (dc > 0))).all())
+
+
 def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
-    """Fold sparse base-grid times ``(row, cell, time)`` onto ``grid``: ``(row, cell, time)`` of
-    the non-zero coarse cells, sorted by row then cell id (``j * nx + i``)."""
+    """Fold sparse base-grid times ``(row, cell, time)`` (rows in order) onto ``grid``:
+    ``(row, cell, time)`` of the non-zero coarse cells, sorted by row then cell id
+    (``j * nx + i``)."""
     nx, ny = grid
-    if tuple(grid) == tuple(base):
+    ascending = _ascending(row, cell)
+    if tuple(grid) == tuple(base) and ascending:
         return row, cell, time.astype(np.float64, copy=False)
+    axes = _whole_axes(tuple(base), tuple(grid))
+    if axes is not None and ascending and len(row) and \
+            (int(row[-1]) + 1) * nx * ny > 4 * len(row) + (1 << 16):
+        # Sparse rows on a fine grid: a table of every coarse cell of every row would be mostly
+        # zeros to clear and scan. The base cells of one row and one coarse row are adjacent
+        # (ids j * bx + i; the coarse row grows with j), so each (row, coarse row) pair is a
+        # segment, and a table of the segments' coarse columns holds the sums. Same sums, in
+        # the same order of addition.
+        fx, fy = axes
+        bx = base_shape(base)[0]
+        seg_key = row * ny + fy[cell // bx]
+        new = np.empty(len(seg_key), bool)
+        new[0] = True
+        np.not_equal(seg_key[1:], seg_key[:-1], out=new[1:])
+        heads = np.flatnonzero(new)
+        keys = (np.cumsum(new) - 1) * nx + fx[cell % bx]
+        sums = np.bincount(keys, weights=time, minlength=len(heads) * nx)
+        uniq = np.flatnonzero(sums)
+        seg = seg_key[heads][uniq // nx]
+        return seg // ny, (seg % ny) * nx + uniq % nx, sums[uniq]
     keys, vals = [], []
     for cmap, wmap, whole in _fold_maps(base, grid):
         if whole:  # every fine cell lies in one coarse cell: no weights, no masks
@@ -577,7 +621,8 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
     else:
         starts = batch.column("window_start").to_numpy(zero_copy_only=False).astype(np.int64)
         denom = (ends - starts).astype(np.float64)
-    parts = []   # (row, grid index, cell, pct)
+    grid_of, corners, first_cell = _cell_tables(config.corners)
+    parts = []   # (row, global cell, pct)
     for gi, grid in enumerate(C.Q3_GRIDS):
         r, c, tsum = _fold(row, cells, times, config.base_grid, grid)
         ncell = grid[0] * grid[1]
@@ -590,35 +635,48 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
         d = denom[r]
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = np.where(d > 0, 100.0 * tsum / np.where(d > 0, d, 1.0), 0.0)
-        parts.append((r, np.full(len(r), gi, np.int64), c, pct))
+        parts.append((r, c + first_cell[gi], pct))
     # Each part is sorted by (row, cell): place them in (row, grid, cell) order by counting,
     # with no sort over all output rows.
     per = np.stack([np.bincount(p[0], minlength=n) for p in parts], axis=1)  # (n, grids)
     starts = (np.cumsum(per.ravel()) - per.ravel()).reshape(per.shape)
     total = int(per.sum())
     r = np.empty(total, np.int64)
-    g = np.empty(total, np.int64)
-    c = np.empty(total, np.int64)
+    gc = np.empty(total, np.int64)
     pct = np.empty(total, np.float64)
-    for gi, (pr, pg, pc_, pp) in enumerate(parts):
+    for gi, (pr, pgc, pp) in enumerate(parts):
         first = np.cumsum(per[:, gi]) - per[:, gi]  # index in the part of each row's first
         pos = starts[pr, gi] + (np.arange(len(pr)) - first[pr])
-        r[pos], g[pos], c[pos], pct[pos] = pr, pg, pc_, pp
-    nxs = np.array([gr[0] for gr in C.Q3_GRIDS], np.int64)[g]
-    nys = np.array([gr[1] for gr in C.Q3_GRIDS], np.int64)[g]
-    cw = _W_MM / nxs
-    ch = _H_MM / nys
-    x1 = C.FIELD["x_min"] + (c % nxs) * cw
-    y1 = C.FIELD["y_min"] + (c // nxs) * ch
+        r[pos], gc[pos], pct[pos] = pr, pgc, pp
     names = pa.array([grid_name(gr) for gr in C.Q3_GRIDS], pa.string())
     return pa.RecordBatch.from_arrays([
         pa.array(ends[r], pa.int64()),
         batch.column("player_id").take(pa.array(r)),
-        corner_values(x1, config), corner_values(y1, config),
-        corner_values(x1 + cw, config), corner_values(y1 + ch, config),
+        *(pa.array(t[gc], schema.field(k).type) for k, t in enumerate(corners, start=2)),
         pa.array(pct, pa.float64()),
-        names.take(pa.array(g)),
+        names.take(pa.array(grid_of[gc])),
     ], schema=schema)
+
+
+@functools.lru_cache(maxsize=4)
+def _cell_tables(corners: str):
+    """The cells of the four grids one after another (grid by grid, then cell id): per cell its
+    grid index and its corners ``(x1, y1, x2, y2)`` as q3 writes them; and each grid's first
+    cell."""
+    grid_of, tables = [], [[], [], [], []]
+    for gi, (nx, ny) in enumerate(C.Q3_GRIDS):
+        c = np.arange(nx * ny, dtype=np.int64)
+        cw, ch = _W_MM / nx, _H_MM / ny
+        x1 = C.FIELD["x_min"] + (c % nx) * cw
+        y1 = C.FIELD["y_min"] + (c // nx) * ch
+        grid_of.append(np.full(len(c), gi, np.int64))
+        for k, v in enumerate((x1, y1, x1 + cw, y1 + ch)):
+            tables[k].append(v)
+    cfg = Q3Config(corners=corners)
+    corner = [corner_values(np.concatenate(t), cfg).to_numpy(zero_copy_only=False)
+              for t in tables]
+    first = np.cumsum([0] + [nx * ny for nx, ny in C.Q3_GRIDS])[:-1]
+    return np.concatenate(grid_of), corner, first
 
 
 _W_MM = C.FIELD["x_max"] - C.FIELD["x_min"]
