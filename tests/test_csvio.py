@@ -287,16 +287,26 @@ def _numeric_tables(draw):
     n = draw(st.integers(0, 6000))
     cols = {}
     for i, (typ, pool) in enumerate(_POOLS.items()):
-        shape = draw(st.sampled_from(["runs", "few", "mixed"]))
+        shape = draw(st.sampled_from(["runs", "few", "mixed", "repeats"]))
         seed = draw(st.integers(0, 2**32 - 1))
         rng = np.random.default_rng(seed)
         if shape == "runs":      # long runs of one value (a timestamp, a delay stamp)
             idx = np.sort(rng.integers(0, len(pool), n))
         elif shape == "few":     # few distinct values in any order (heat-map corners)
             idx = rng.integers(0, len(pool), n)
+        elif shape == "repeats" and pa.types.is_floating(typ):
+            # a value in ~2.5 draws of a pool of 0.4 n (q3's percentages): first rows mostly
+            # distinct, the whole column not (an exact count decides)
+            m = int(0.4 * n) + 1
+            base = np.concatenate([np.array(pool, dtype=typ.to_pandas_dtype()),
+                                   rng.standard_normal(m).astype(typ.to_pandas_dtype())])
+            arr = pa.array(base[rng.integers(0, len(base), n)], typ)
+            idx = None
         else:                    # mostly distinct values: written as they are
             idx = None
-        if idx is None:
+        if shape == "repeats" and pa.types.is_floating(typ):
+            pass
+        elif idx is None:
             if pa.types.is_floating(typ):
                 vals = rng.standard_normal(n) * 1e3
                 vals[: n // 7] = -0.0
@@ -360,6 +370,24 @@ def test_preformat_formats_each_distinct_value_once():
     assert out.column("cell").type == pa.string()
     assert out.column("cell").to_pylist()[:4] == ["0", "-0", "2.5", "7.25"]
     assert out.column("noise").type == pa.float64()
+
+
+def test_preformat_counts_a_float_column_whose_first_rows_are_mostly_distinct():
+    """A float column whose first rows are mostly but not all distinct is counted over the whole
+    table: formatted by dictionary when at most 60 % of its values are distinct (q3's
+    percentages), left to the writer when more are (or when its first rows are all distinct)."""
+    n = 60_000
+    rng = np.random.default_rng(3)
+    pool = rng.standard_normal(n // 3)
+    repeats = pa.array(pool[rng.integers(0, len(pool), n)])       # ~ 1/3 distinct in all
+    head = rng.standard_normal(3000)[rng.integers(0, 3000, 2048)]    # first rows ~ 0.8 distinct
+    spread = pa.array(np.concatenate([head, rng.standard_normal(n - 2048)]))
+    out = csvio._preformat(pa.table({"repeats": repeats, "spread": spread,
+                                     "distinct": pa.array(rng.standard_normal(n))}))
+    assert out.column("repeats").type == pa.string()
+    assert out.column("repeats").to_pylist() == repeats.cast(pa.string()).to_pylist()
+    assert out.column("spread").type == pa.float64()      # ~ 0.99 distinct in all: as is
+    assert out.column("distinct").type == pa.float64()
 
 
 def test_quoting_looks_at_the_bytes_of_a_slice_only(tmp_path):
