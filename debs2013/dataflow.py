@@ -512,17 +512,20 @@ def _ascending(row, cell) -> bool:
     return bool(((dr > 0) | ((dr == 0) & (dc > 0))).all())
 
 
-def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int]):
+def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int],
+          ascending: bool | None = None):
     """Fold sparse base-grid times ``(row, cell, time)`` (rows in order) onto ``grid``:
     ``(row, cell, time)`` of the non-zero coarse cells, sorted by row then cell id
-    (``j * nx + i``)."""
+    (``j * nx + i``). ``ascending``: :func:`_ascending` of ``(row, cell)`` if known."""
     nx, ny = grid
-    ascending = _ascending(row, cell)
-    if tuple(grid) == tuple(base) and ascending:
-        return row, cell, time.astype(np.float64, copy=False)
+    if tuple(grid) == tuple(base):
+        ascending = _ascending(row, cell) if ascending is None else ascending
+        if ascending:
+            return row, cell, time.astype(np.float64, copy=False)
     axes = _whole_axes(tuple(base), tuple(grid))
-    if axes is not None and ascending and len(row) and \
-            (int(row[-1]) + 1) * nx * ny > 4 * len(row) + (1 << 16):
+    if axes is not None and len(row) and \
+            (int(row[-1]) + 1) * nx * ny > 4 * len(row) + (1 << 16) and \
+            (_ascending(row, cell) if ascending is None else ascending):
         # Sparse rows on a fine grid: a table of every coarse cell of every row would be mostly
         # zeros to clear and scan. The base cells of one row and one coarse row are adjacent
         # (ids j * bx + i; the coarse row grows with j), so each (row, coarse row) pair is a
@@ -622,9 +625,10 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
         starts = batch.column("window_start").to_numpy(zero_copy_only=False).astype(np.int64)
         denom = (ends - starts).astype(np.float64)
     grid_of, corners, first_cell = _cell_tables(config.corners)
+    ascending = _ascending(row, cells)   # once for the four grids
     parts = []   # (row, global cell, pct)
     for gi, grid in enumerate(C.Q3_GRIDS):
-        r, c, tsum = _fold(row, cells, times, config.base_grid, grid)
+        r, c, tsum = _fold(row, cells, times, config.base_grid, grid, ascending)
         ncell = grid[0] * grid[1]
         if config.dense:
             full = np.zeros(n * ncell, np.float64)

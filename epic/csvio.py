@@ -782,14 +782,13 @@ def _preformat_column(arr: pa.Array) -> pa.Array | None:
         # rows, 6-94 % in whole tables): count exactly, and format the dictionary when at most
         # 60 % of the values are distinct (formatting a double costs ~80 ns, the dictionary's
         # hash and take ~30).
-        if a.dtype.kind != "u" or not pa.types.is_floating(arr.type) \
-                or distinct > _PROBE_DISTINCT * len(probe):
+        if not pa.types.is_floating(arr.type) or distinct > _PROBE_DISTINCT * len(probe):
             return None
         enc = pc.dictionary_encode(arr)
         if len(enc.dictionary) * 5 > n * 3:
             return None
-        return enc.dictionary.cast(pa.string()).take(enc.indices)
-    enc = pc.dictionary_encode(arr)
+    else:
+        enc = pc.dictionary_encode(arr)
     return enc.dictionary.cast(pa.string()).take(enc.indices)
 
 
