@@ -18,7 +18,7 @@ import importlib
 # the ``epic`` command imports) does not import pyspark.
 _LAZY = {
     "build_session": "session", "check_java": "session", "freeze_gc_once": "executor",
-    "session_conf": "session", "TopicCommitMessage": "topic_sink",
+    "prepare_worker": "executor", "session_conf": "session", "TopicCommitMessage": "topic_sink",
     "TopicStreamWriter": "topic_sink", "FORMAT": "topic_source",
     "TopicDataSource": "topic_source", "TopicOffset": "offsets",
     "TopicStreamReader": "topic_source", "batch_markers": "offsets",
@@ -37,6 +37,7 @@ __all__ = [
     "build_session",
     "check_java",
     "freeze_gc_once",
+    "prepare_worker",
     "session_conf",
     "read_topic",
     "write_topic",

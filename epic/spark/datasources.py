@@ -24,7 +24,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from epic.spark.executor import freeze_gc_once
+from epic.spark.executor import prepare_worker
 
 __all__ = ["PlannerReader", "CommitWriter", "reader_source", "writer_source"]
 
@@ -65,7 +65,7 @@ class CommitWriter(DataSourceStreamArrowWriter):
     def __init__(self, committer):
         # Made in a reused Python worker for every micro-batch (the writer for the tasks, and
         # the commit): keep the worker's gc.collect() after the call short.
-        freeze_gc_once()
+        prepare_worker()
         self.committer = committer
 
     def write(self, iterator):

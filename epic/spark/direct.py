@@ -44,7 +44,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 
 from epic.atomic import atomic_json, atomic_path
-from epic.spark.executor import WORKER_KEEPS, freeze_gc_once, release_memory
+from epic.spark.executor import WORKER_KEEPS, prepare_worker, release_memory
 from epic.spark.tags import HWM, IN, POS
 from epic.spark.trace import adopt, span
 from epic.storage import deferred_sync
@@ -341,7 +341,7 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
     """A task: read the partition's files, run each branch, write its outputs; yield the commit
     messages as pointer rows."""
 
-    freeze_gc_once()
+    prepare_worker()
     # The task's snapshots and topic segments are fsynced together at its end (deferred_sync):
     # they count only once the micro-batch commits, so the syncs stay off the path from a row
     # to the outputs written before them.

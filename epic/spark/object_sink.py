@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from epic.spark.crash import crash_point, fault_point
-from epic.spark.executor import freeze_gc_once
+from epic.spark.executor import prepare_worker
 from epic.spark.sink_query import HOLD_ROWS, deploy_id, part_message, read_sidecar, shaped_rows
 from epic.storage import Location, resolve
 
@@ -76,7 +76,7 @@ class ObjectStoreFileWriter:
     # -- tasks -----------------------------------------------------------------------------
 
     def write(self, iterator):
-        freeze_gc_once()
+        prepare_worker()
         from pyspark import TaskContext
 
         ctx = TaskContext.get()

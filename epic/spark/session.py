@@ -1,6 +1,6 @@
 """The one SparkSession a deploy shares, configured as measured in ``docs/spark-notes.md``.
 
-Also :func:`freeze_gc_once`, which every Python function epic runs inside Spark workers (UDFs,
+Also :func:`prepare_worker`, which every Python function epic runs inside Spark workers (UDFs,
 topic readers and writers) calls first.
 """
 

@@ -49,7 +49,7 @@ from epic.atomic import atomic_json, atomic_path
 from epic.directio import append_file, open_append
 from epic.parquetcat import NotConcatenable, concat_parquet
 from epic.spark.crash import crash_point, fault_point
-from epic.spark.executor import freeze_gc_once
+from epic.spark.executor import prepare_worker
 
 #: Rows a deploy's Parquet part file buffers per row group (the tasks stream their rows into it).
 PARQUET_GROUP_ROWS = 1 << 18
@@ -285,7 +285,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
 
     class FileSinkWriter:
         def write(self, iterator):
-            freeze_gc_once()
+            prepare_worker()
             from pyspark import TaskContext
 
             ctx = TaskContext.get()

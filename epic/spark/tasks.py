@@ -35,7 +35,7 @@ from epic import serde
 from epic.atomic import atomic_write
 from epic.operator import snapshot_state
 from epic.operators import build as build_operator
-from epic.spark.executor import freeze_gc_once
+from epic.spark.executor import prepare_worker
 from epic.spark.trace import span
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
                              STEP, WM, runs, step_of, tag, with_tags)
@@ -299,7 +299,7 @@ def _emit(spec: TaskSpec, outs, step_tag: int, wm: int | None) -> Iterator[pa.Re
 def run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa.RecordBatch]:
     """``stream``: handle each incoming batch on its own (runs of equal tags within it) instead
     of the whole partition as one table: bounded memory behind a node with many output rows."""
-    freeze_gc_once()
+    prepare_worker()
     tables = (((pa.Table.from_batches([b]) for b in iterator if b.num_rows)) if stream
               else [t for t in [_collect(iterator)] if t is not None])
     from epic.driver import NodeDriver
@@ -363,7 +363,7 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     from epic.driver import NodeDriver
     from epic.topology import MergeNode, SplitNode
 
-    freeze_gc_once()
+    prepare_worker()
     table = _collect(iterator)
     batch_id, part = _batch_id()
     node = spec.node

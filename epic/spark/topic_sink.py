@@ -47,7 +47,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from epic.errors import EpicError
-from epic.spark.executor import freeze_gc_once
+from epic.spark.executor import prepare_worker
 from epic.spark.offsets import (batch_markers, checkpoint_is_fresh, combine_markers,
                                      combine_step)
 from epic.topics import TempSegment, Topic
@@ -110,7 +110,7 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
         return got
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TopicCommitMessage:
-        freeze_gc_once()
+        prepare_worker()
         from pyspark import TaskContext
 
         ctx = TaskContext.get()

@@ -47,7 +47,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from epic.errors import EpicError
-from epic.spark.executor import freeze_gc_once
+from epic.spark.executor import prepare_worker
 from epic.spark.offsets import TopicOffset
 from epic.topics import SegmentMeta, Topic
 
@@ -210,7 +210,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side ------------------------------------------------------------------------
 
     def read(self, partition: TopicPartition) -> Iterator[pa.RecordBatch]:
-        freeze_gc_once()
+        prepare_worker()
         from pyspark.sql.pandas.types import to_arrow_schema
 
         schema = to_arrow_schema(self.spark_schema)
