@@ -65,6 +65,9 @@ class Launcher:
         from epic.spark.sink_query import deploy_id
 
         self.deploy_id = deploy_id(plan.workdir)
+        #: Per local file sink: its commit record's (mtime, size) when last read and not done.
+        self._seen: dict[str, tuple] = {}
+        self._local_side: dict[str, str | None] = {}   # its local path (None: remote)
 
     def start_all(self) -> None:
         """Start every query in topological order, at most :attr:`starting` initialising at once;
@@ -149,14 +152,50 @@ class Launcher:
             _time.sleep(0.02)
 
     # -- watching --------------------------------------------------------------------------
+    def sinks_changed(self, sinks) -> bool:
+        """Whether any of ``sinks`` may have committed its end of stream since the last
+        :meth:`sink_done` check: a cheap test (one ``stat`` per local file sink) the deploy runs
+        between its full checks, so a finished deploy returns within milliseconds of its last
+        commit. Topic sinks and remote file sinks are left to the full checks."""
+        from epic.sinks import CsvSink, ParquetSink
+        from epic.spark.sink_query import sidecar_location
+
+        for node in sinks:
+            sink = node.sink
+            if not isinstance(sink, (CsvSink, ParquetSink)):
+                continue
+            local = self._local_side.get(sink.path, False)
+            if local is False:
+                side = sidecar_location(sink.path)
+                local = self._local_side[sink.path] = side.path if side.is_local else None
+            if local is None:
+                continue
+            try:
+                st = os.stat(local)
+                sig = (st.st_mtime_ns, st.st_size, st.st_ino)
+            except FileNotFoundError:
+                sig = None
+            if self._seen.get(sink.path, ()) != sig:
+                return True
+        return False
+
     def sink_done(self, node: SinkNode) -> bool:
         """Whether sink ``node`` committed its end of stream."""
         from epic.sinks import CsvSink, ParquetSink
-        from epic.spark.sink_query import read_sidecar
+        from epic.spark.sink_query import read_sidecar, sidecar_location
 
         sink = node.sink
         if isinstance(sink, (CsvSink, ParquetSink)):
+            side = sidecar_location(sink.path)
+            sig = None
+            if side.is_local:
+                try:
+                    st = os.stat(side.path)
+                    sig = (st.st_mtime_ns, st.st_size, st.st_ino)
+                except FileNotFoundError:
+                    pass
             rec = read_sidecar(sink.path, self.deploy_id)
+            self._seen[sink.path] = sig   # stat before the read: a later commit changes it
             return bool(rec and rec.get("eos"))
         try:
             topic = Topic.open(self.plan.sink_topic(node))

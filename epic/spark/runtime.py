@@ -364,6 +364,10 @@ def _jvm_running() -> bool:
     return SparkContext._active_spark_context is not None
 
 
+#: Seconds between the cheap checks (:meth:`Launcher.sinks_changed`) for a finished file sink
+#: within each ``poll_interval``.
+DONE_POLL = 0.01
+
 #: Spark's scratch space (``spark.local.dir``) for a session a deploy starts, in its driver-local
 #: directory: see :func:`_spark_scratch`.
 SCRATCH = "spark-local"
@@ -554,7 +558,7 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
             if exc is not None:
                 state, error = "failed", str(exc)
                 raise exc
-            if all(launcher.sink_done(n) for n in sinks):
+            if all([launcher.sink_done(n) for n in sinks]):
                 event("sinks_done", topology.name)
                 state = "finished"
                 break
@@ -570,7 +574,19 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
                 if live is not None:
                     live.update(status_table(doc))
             # A remote work dir: its sinks' and topics' end-of-stream records are requests.
-            _time.sleep(max(poll_interval, 0.25) if remote else poll_interval)
+            if remote:
+                _time.sleep(max(poll_interval, 0.25))
+                continue
+            # Until the next full check, a stat of the file sinks' commit records every
+            # DONE_POLL s: the deploy returns within milliseconds of its last commit.
+            wake = _time.perf_counter() + poll_interval
+            while True:
+                now = _time.perf_counter()
+                if now >= wake:
+                    break
+                _time.sleep(min(DONE_POLL, wake - now))
+                if launcher.sinks_changed(sinks):
+                    break
     finally:
         elapsed = _time.perf_counter() - start
         try:

@@ -63,3 +63,85 @@ def test_local_deploy_jvm_compiles_with_c1_unless_told_otherwise(monkeypatch):
     monkeypatch.delenv("JAVA_TOOL_OPTIONS")
     monkeypatch.setattr(SparkContext, "_active_spark_context", object())
     assert _local_jit("local[2]", {}) == {}                       # a running JVM keeps its own
+
+
+_FAULTS = r"""
+import resource, sys
+import numpy as np
+from epic.spark.executor import tune_malloc
+tuned = tune_malloc() if sys.argv[1] == "tune" else None
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def batch():          # a batch's arrays of about 1 MB: made, all alive at once, then freed
+    arrays = [np.ones(1_000_000 // 8) for _ in range(8)]
+    del arrays
+for _ in range(3):    # warm up: the first blocks are faulted in either way
+    batch()
+f0 = faults()
+for _ in range(20):
+    batch()
+print(tuned, faults() - f0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+@pytest.mark.parametrize("how", ["tune", "default", "user"])
+def test_tuned_malloc_reuses_batch_sized_blocks(how):
+    """With :func:`tune_malloc`, a worker's per-batch arrays reuse the pages of the previous
+    batch's; without it (or when the user set a threshold, which it then leaves alone) glibc
+    maps and unmaps them, faulting every page in anew."""
+    import os
+    import subprocess
+
+    env = dict(os.environ)
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    if how == "user":
+        env["MALLOC_MMAP_THRESHOLD_"] = str(128 << 10)
+    out = subprocess.run([sys.executable, "-c", _FAULTS, "default" if how == "default" else "tune"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    tuned, faults = out[0], int(out[1])
+    pages = 20 * 8_000_000 // 4096
+    if how == "tune":
+        assert tuned == "True"
+        assert faults < pages // 20
+    else:
+        assert tuned in ("None", "False")
+        assert faults > pages // 2
+
+
+def test_sinks_changed_sees_a_new_commit_record_without_reading_it(tmp_path):
+    import json
+
+    from epic.sinks import CsvSink, ParquetSink
+    from epic.spark.launcher import Launcher
+    from epic.spark.sink_query import sidecar_location
+
+    def record(path, eos):
+        side = sidecar_location(str(path)).path
+        os.makedirs(os.path.dirname(side), exist_ok=True)
+        tmp = side + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"batch": 1, "length": 0, "eos": eos}, f)
+        os.replace(tmp, side)
+
+    import os
+
+    launcher = Launcher.__new__(Launcher)
+    launcher._seen, launcher._local_side, launcher.deploy_id = {}, {}, None
+    a = types.SimpleNamespace(sink=ParquetSink(str(tmp_path / "a.parquet")))
+    b = types.SimpleNamespace(sink=CsvSink(str(tmp_path / "b.csv")))
+    sinks = [a, b]
+    assert launcher.sinks_changed(sinks)              # never checked
+    assert not any([launcher.sink_done(n) for n in sinks])
+    assert not launcher.sinks_changed(sinks)          # nothing written since
+    record(tmp_path / "a.parquet", False)
+    assert launcher.sinks_changed(sinks)              # a commit: worth a full check
+    assert [launcher.sink_done(n) for n in sinks] == [False, False]
+    assert not launcher.sinks_changed(sinks)
+    record(tmp_path / "b.csv", True)
+    assert launcher.sinks_changed(sinks)
+    assert [launcher.sink_done(n) for n in sinks] == [False, True]
+    record(tmp_path / "a.parquet", True)
+    assert launcher.sinks_changed(sinks)
+    assert all([launcher.sink_done(n) for n in sinks])
