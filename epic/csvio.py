@@ -757,7 +757,8 @@ def _preformat(table: pa.Table) -> pa.Table:
         t = col.type
         if (pa.types.is_integer(t) or pa.types.is_floating(t)) and col.null_count == 0 \
                 and not pa.types.is_float16(t):
-            out = _preformat_column(col.combine_chunks())
+            # one chunk as it is: combine_chunks copies even one
+            out = _preformat_column(col.chunk(0) if col.num_chunks == 1 else col.combine_chunks())
         changed |= out is not None
         cols.append(col if out is None else out)
     return pa.table(cols, names=table.column_names) if changed else table

@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from .. import serde
 from ..errors import EpicError
+from ..schemas import one_array
 
 __all__ = ["MergeOperator"]
 
@@ -161,7 +162,7 @@ class MergeOperator:
         self._pending = rest.to_batches() if rest.num_rows else []
         if not out.num_rows:
             return []
-        return [pa.RecordBatch.from_arrays([c.combine_chunks() for c in out.columns],
+        return [pa.RecordBatch.from_arrays([one_array(c) for c in out.columns],
                                            schema=self.output_schema)]
 
     # -- state -------------------------------------------------------------------------------
@@ -185,7 +186,5 @@ class MergeOperator:
 
 
 def _times(data, time: str) -> np.ndarray:
-    col = data.column(time)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+    col = one_array(data.column(time))
     return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)

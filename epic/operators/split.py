@@ -13,6 +13,7 @@ import pyarrow as pa
 from .. import serde
 from ..errors import EpicError, NodeFailure, SpecError
 from ..operator import ENTRY_COLUMN
+from ..schemas import one_array
 from ..split import (
     as_batch,
     Broadcast,
@@ -157,7 +158,7 @@ class SplitOperator:
                 part = batch
             else:
                 if isinstance(m, pa.ChunkedArray):
-                    m = m.combine_chunks()
+                    m = one_array(m)
                 if not isinstance(m, pa.Array):
                     m = pa.array(np.asarray(m, dtype=bool))
                 part = batch.filter(m.fill_null(False))

@@ -16,6 +16,7 @@ from ..errors import EpicError, NodeFailure
 from ..operator import ENTRY_COLUMN
 from ..schemas import empty_batch as _empty
 from ..schemas import fn_name as _fn_name
+from ..schemas import one_array
 from ..schemas import with_entry as _with_entry
 
 __all__ = ["MapOperator", "FilterOperator", "FlatMapOperator"]
@@ -132,7 +133,7 @@ class FilterOperator(_Stateless):
             else:
                 mask = pred(batch)
                 if isinstance(mask, pa.ChunkedArray):
-                    mask = mask.combine_chunks()
+                    mask = one_array(mask)
                 if not isinstance(mask, pa.Array):
                     mask = pa.array(np.asarray(mask, dtype=bool))
                 if len(mask) != batch.num_rows:

@@ -68,6 +68,7 @@ class Launcher:
         #: Per local file sink: its commit record's (mtime, size) when last read and not done.
         self._seen: dict[str, tuple] = {}
         self._local_side: dict[str, str | None] = {}   # its local path (None: remote)
+        self._done: set[str] = set()                    # file sinks seen at their end
 
     def start_all(self) -> None:
         """Start every query in topological order, at most :attr:`starting` initialising at once;
@@ -153,16 +154,17 @@ class Launcher:
 
     # -- watching --------------------------------------------------------------------------
     def sinks_changed(self, sinks) -> bool:
-        """Whether any of ``sinks`` may have committed its end of stream since the last
-        :meth:`sink_done` check: a cheap test (one ``stat`` per local file sink) the deploy runs
-        between its full checks, so a finished deploy returns within milliseconds of its last
-        commit. Topic sinks and remote file sinks are left to the full checks."""
+        """Whether ``sinks`` may all have committed their end of stream since the last
+        :meth:`sink_done` checks: a cheap test the deploy runs between its full checks, so a
+        finished deploy returns within milliseconds of its last commit. It stats the commit
+        record of the first local file sink not yet seen done (the deploy cannot have finished
+        before that one has). Topic sinks and remote file sinks are left to the full checks."""
         from epic.sinks import CsvSink, ParquetSink
         from epic.spark.sink_query import sidecar_location
 
         for node in sinks:
             sink = node.sink
-            if not isinstance(sink, (CsvSink, ParquetSink)):
+            if not isinstance(sink, (CsvSink, ParquetSink)) or sink.path in self._done:
                 continue
             local = self._local_side.get(sink.path, False)
             if local is False:
@@ -175,8 +177,7 @@ class Launcher:
                 sig = (st.st_mtime_ns, st.st_size, st.st_ino)
             except FileNotFoundError:
                 sig = None
-            if self._seen.get(sink.path, ()) != sig:
-                return True
+            return self._seen.get(sink.path, ()) != sig
         return False
 
     def sink_done(self, node: SinkNode) -> bool:
@@ -196,7 +197,10 @@ class Launcher:
                     pass
             rec = read_sidecar(sink.path, self.deploy_id)
             self._seen[sink.path] = sig   # stat before the read: a later commit changes it
-            return bool(rec and rec.get("eos"))
+            if rec and rec.get("eos"):
+                self._done.add(sink.path)
+                return True
+            return False
         try:
             topic = Topic.open(self.plan.sink_topic(node))
         except EpicError:

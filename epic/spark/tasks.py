@@ -35,6 +35,7 @@ from epic import serde
 from epic.atomic import atomic_write
 from epic.operator import snapshot_state
 from epic.operators import build as build_operator
+from epic.schemas import one_array
 from epic.spark.executor import prepare_worker
 from epic.spark.trace import span
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
@@ -269,7 +270,7 @@ def _user_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
     cols = []
     for f in schema:
         c = table.column(f.name)
-        c = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+        c = one_array(c)
         cols.append(c if c.type == f.type else c.cast(f.type))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 

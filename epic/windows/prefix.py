@@ -32,6 +32,7 @@ from .. import serde
 from ..aggregates import AggSpec
 from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
+from ..schemas import one_array
 from ..timecore import EventClock
 from .engine import (MAX_BATCH_ROWS, NOT_STARTED, Clocked, agg_values, group_rows, int_column,
                      value_column)
@@ -391,7 +392,7 @@ class PrefixWindowOperator(Clocked):
             if not isinstance(res, (pa.Array, pa.ChunkedArray)):
                 res = pa.array(res, type=typ)
             if isinstance(res, pa.ChunkedArray):
-                res = res.combine_chunks()
+                res = one_array(res)
             if res.type != typ:
                 res = res.cast(typ)
             if len(res) != len(T):

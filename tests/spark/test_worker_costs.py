@@ -128,7 +128,8 @@ def test_sinks_changed_sees_a_new_commit_record_without_reading_it(tmp_path):
     import os
 
     launcher = Launcher.__new__(Launcher)
-    launcher._seen, launcher._local_side, launcher.deploy_id = {}, {}, None
+    launcher._seen, launcher._local_side, launcher._done = {}, {}, set()
+    launcher.deploy_id = None
     a = types.SimpleNamespace(sink=ParquetSink(str(tmp_path / "a.parquet")))
     b = types.SimpleNamespace(sink=CsvSink(str(tmp_path / "b.csv")))
     sinks = [a, b]
@@ -140,7 +141,7 @@ def test_sinks_changed_sees_a_new_commit_record_without_reading_it(tmp_path):
     assert [launcher.sink_done(n) for n in sinks] == [False, False]
     assert not launcher.sinks_changed(sinks)
     record(tmp_path / "b.csv", True)
-    assert launcher.sinks_changed(sinks)
+    assert not launcher.sinks_changed(sinks)          # a is not done: only a is watched
     assert [launcher.sink_done(n) for n in sinks] == [False, True]
     record(tmp_path / "a.parquet", True)
     assert launcher.sinks_changed(sinks)
