@@ -22,10 +22,10 @@ from .storage import LOCAL, fsync_local, publish
 __all__ = ["atomic_write", "atomic_json", "atomic_path", "fsync_local"]
 
 
-def atomic_write(path: str, data: bytes, *, fs: pafs.FileSystem | None = None) -> None:
-    """Write ``data`` to ``path`` atomically (a plain local path, or a path of ``fs``), by the
-    store's commit rule (:func:`epic.storage.publish`: temp, fsync, rename on a local disk; one
-    PUT on an object store).
+def atomic_write(path: str, data: bytes | list, *, fs: pafs.FileSystem | None = None) -> None:
+    """Write ``data`` (bytes, or a list of bytes-like parts) to ``path`` atomically (a plain local
+    path, or a path of ``fs``), by the store's commit rule (:func:`epic.storage.publish`: temp,
+    fsync, rename on a local disk; one PUT on an object store).
 
     On a failure the temp file is removed and the old content stays in place."""
     publish(fs or LOCAL, path, data)

@@ -224,21 +224,25 @@ def deferred_sync():
         pending.close()
 
 
-def publish(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+def publish(fs: pafs.FileSystem, path: str, data: bytes | list) -> None:
     """Write ``data`` to ``path`` of ``fs`` atomically, by the store's rule (:func:`commit_rule`).
+    ``data``: bytes, or a list of bytes-like parts written one after another.
 
     On a failure the old content stays in place and no temp file is left behind.
     """
+    parts = data if isinstance(data, list) else [data]
     if store_kind(fs) == "object":
         # The upload completes at close; an exception before that aborts it (nothing visible).
         with fs.open_output_stream(path) as f:
-            f.write(data)
+            for part in parts:
+                f.write(part)
         return
     d, name = path.rsplit("/", 1) if "/" in path else (".", path)
     tmp = f"{d}/.{name}.{uuid.uuid4().hex}.tmp"
     try:
         with fs.open_output_stream(tmp) as f:
-            f.write(data)
+            for part in parts:
+                f.write(part)
         fsync_local(fs, tmp)
         fs.move(tmp, path)
     except BaseException:

@@ -113,9 +113,19 @@ def cases(draw):
             restore_at)
 
 
-@given(cases())
-def test_prefix_engine_equals_general_engine(case):
-    """Any FEW time window, batch cuts, lateness, watermarks, delay column, snapshot/restore."""
+@given(cases(), st.sampled_from([None, 1]))
+def test_prefix_engine_equals_general_engine(case, raw_min):
+    """Any FEW time window, batch cuts, lateness, watermarks, delay column, snapshot/restore
+    (``raw_min`` 1: every array of a snapshot a raw segment, as a long window's are)."""
+    from unittest import mock
+
+    from epic import serde
+
+    with mock.patch.object(serde, "RAW_MIN", raw_min or serde.RAW_MIN):
+        _prefix_equals_general(case)
+
+
+def _prefix_equals_general(case):
     rows, cuts, (L, S, E), lateness, origin, entry, marks, restore_at = case
     spec = few_time(L, S, E, lateness=lateness, origin=origin)
     sch = schema_for(entry)

@@ -181,10 +181,11 @@ class StateStore:
         with self.fs.open_input_stream(f"{self.dir}/{ids[-1]}.state") as f:
             return f.read()
 
-    def save(self, batch_id: int, data: bytes, summary: tuple | None = None) -> None:
-        """Write the snapshot of ``batch_id`` atomically and delete snapshots no replay needs;
-        on a local work directory remember its summary in this process (:data:`_WARM`;
-        ``summary``: :func:`_summary` of it, computed from ``data`` if not given)."""
+    def save(self, batch_id: int, data: bytes | list, summary: tuple | None = None) -> None:
+        """Write the snapshot of ``batch_id`` (bytes, or parts: ``serde.pack_large(join=False)``)
+        atomically and delete snapshots no replay needs; on a local work directory remember its
+        summary in this process (:data:`_WARM`; ``summary``: :func:`_summary` of it, computed
+        from ``data`` if not given)."""
         self.fs.create_dir(self.dir, recursive=True)
         path = f"{self.dir}/{batch_id}.state"
         _WARM.pop(self.dir, None)
@@ -192,8 +193,10 @@ class StateStore:
         if self.local:
             ident = _identity(path)
             if ident is not None:
-                _WARM[self.dir] = (batch_id, ident,
-                                   _summary(serde.unpackb(data)) if summary is None else summary)
+                if summary is None:
+                    summary = _summary(serde.unpackb(
+                        b"".join(data) if isinstance(data, list) else data))
+                _WARM[self.dir] = (batch_id, ident, summary)
         ids = self._ids()
         for old in ids[:-KEEP_SNAPSHOTS]:
             if old < batch_id:
@@ -480,7 +483,9 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         st = {"op": snapshot_state(d.op, node.name), **d.state(),
               "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
               "last_tag": last_tag}
-        store.save(batch_id, serde.packb(st), summary=_summary(st))
+        summary = _summary(st)
+        st["op"] = serde.Blob(st["op"])   # a raw segment of the file: not copied twice
+        store.save(batch_id, serde.pack_large(st, join=False), summary=summary)
     if spec.workdir:
         from epic.spark.crash import crash_point
 

@@ -410,9 +410,10 @@ class PrefixWindowOperator(Clocked):
         for kv, ks in self._key_state.items():
             keys.append({
                 "key": list(kv) if isinstance(kv, tuple) else kv, "origin": ks.origin,
-                "done": ks.done, "first": ks.first, "times": ks.times[ks.head:ks.n].copy(),
-                "sums": ks.cum[ks.head:ks.n].copy(),
-                "entries": ks.ent[ks.head:ks.n].copy() if ks.with_ent else None,
+                # views: pack_state copies them (once, as raw segments when large)
+                "done": ks.done, "first": ks.first, "times": ks.times[ks.head:ks.n],
+                "sums": ks.cum[ks.head:ks.n],
+                "entries": ks.ent[ks.head:ks.n] if ks.with_ent else None,
                 "base": ks.base, "base_entry": ks.base_ent, "dropped": ks.dropped,
                 "order": ks.key_order})
         return serde.pack_state("epic.window.prefix/3", {
@@ -430,10 +431,11 @@ class PrefixWindowOperator(Clocked):
             times = np.asarray(k["times"], np.int64)
             width = sum(self._widths)
             ent = k["entries"]
+            # unpacked arrays are fresh and writable: no copies
             self._key_state[key_value] = _PKey(
-                origin=k["origin"], done=k["done"], times=times.copy(),
-                cum=np.asarray(k["sums"], np.int64).reshape(len(times), width).copy(),
-                ent=np.asarray(ent, np.int64).copy() if ent is not None else np.empty(0, np.int64),
+                origin=k["origin"], done=k["done"], times=times,
+                cum=np.asarray(k["sums"], np.int64).reshape(len(times), width),
+                ent=np.asarray(ent, np.int64) if ent is not None else np.empty(0, np.int64),
                 head=0, n=len(times), base=np.asarray(k["base"], np.int64).copy(),
                 base_ent=int(k["base_entry"]), dropped=int(k["dropped"]),
                 key_order=int(k["order"]), with_ent=self.has_entry, first=int(k["first"]))

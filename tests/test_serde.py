@@ -1,0 +1,122 @@
+"""epic.serde: snapshots packed with raw segments (pack_large) read back equal to plain msgpack
+(packb), arrays writable, corrupt containers refused; plain msgpack still read."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from epic import serde
+from epic.errors import StateError
+
+_DTYPES = ["<i8", ">i4", "<f8", "<f4", "|u1", "|b1", "<M8[ns]", "<U3", "<c16"]
+
+
+@st.composite
+def arrays(draw):
+    dtype = np.dtype(draw(st.sampled_from(_DTYPES)))
+    shape = tuple(draw(st.lists(st.integers(0, 40), min_size=0, max_size=3)))
+    n = int(np.prod(shape)) if shape else 1
+    raw = np.frombuffer(draw(st.binary(min_size=n * dtype.itemsize, max_size=n * dtype.itemsize)),
+                        np.uint8)
+    if dtype.kind == "b":
+        raw = raw % 2
+    if dtype.kind == "U":   # valid code points only
+        raw = np.frombuffer((np.frombuffer(raw.tobytes(), np.uint32) % 0xD7FF).tobytes(), np.uint8) \
+            if n else raw
+    arr = raw.view(dtype).reshape(shape) if n else np.zeros(shape, dtype)
+    if draw(st.booleans()) and arr.ndim == 2 and arr.shape[1] > 1:
+        arr = arr[:, ::2]   # not contiguous
+    return arr
+
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False)
+    | st.text(max_size=5) | st.binary(max_size=8) | arrays()
+    | st.binary(max_size=64).map(serde.Blob),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner,
+                                                                 max_size=4),
+    max_leaves=12)
+
+
+def _plain(v):
+    """What packb -> unpackb gives for ``v`` (a Blob as its bytes)."""
+    if isinstance(v, serde.Blob):
+        return bytes(v.data)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                and a.shape == b.shape and a.tobytes() == np.ascontiguousarray(b).tobytes())
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_equal, a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _arrays(v):
+    if isinstance(v, np.ndarray):
+        yield v
+    elif isinstance(v, list):
+        for x in v:
+            yield from _arrays(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from _arrays(x)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values, st.sampled_from([0, 1, 16, 1 << 16]))
+def test_pack_large_reads_back_as_packb_does(value, raw_min):
+    expected = serde.unpackb(serde.packb(_plain(value)))
+    data = serde.pack_large(value, raw_min=raw_min)
+    assert data[:1] != b"\xc1" or data[:5] == b"\xc1EPR1"
+    got = serde.unpackb(data)
+    assert _equal(got, expected)
+    parts = serde.pack_large(value, raw_min=raw_min, join=False)
+    assert b"".join(bytes(p) for p in parts) == data
+    for a in _arrays(got):
+        assert a.flags.writeable and a.flags.c_contiguous
+        if a.size:
+            a.reshape(-1)[:1] = a.reshape(-1)[:1]   # really writable
+
+
+def test_large_arrays_and_blobs_become_raw_segments_and_survive_their_source():
+    big = np.arange(100_000, dtype=np.int64)
+    blob = bytes(range(256)) * 1000
+    data = serde.pack_large({"a": big, "small": np.arange(3), "b": serde.Blob(blob)})
+    assert data[:5] == b"\xc1EPR1"
+    assert len(data) < big.nbytes + len(blob) + 200   # each stored once, no msgpack copy
+    big[:] = -1                                        # the packed bytes do not alias it
+    got = serde.unpackb(data)
+    assert (got["a"] == np.arange(100_000)).all() and got["b"] == blob
+    assert isinstance(got["b"], bytes) and list(got["small"]) == [0, 1, 2]
+    # small values only: plain msgpack, byte for byte what packb writes
+    assert serde.pack_large({"x": np.arange(3)}) == serde.packb({"x": np.arange(3)})
+
+
+def test_a_truncated_or_damaged_container_is_refused():
+    data = serde.pack_large({"a": np.arange(50_000), "k": 1})
+    for cut in (3, 12, 40, len(data) - 1):
+        with pytest.raises(StateError, match="corrupt state"):
+            serde.unpackb(data[:cut])
+    bad = bytearray(data)
+    bad[5:13] = (10**9).to_bytes(8, "little")   # a body length beyond the end
+    with pytest.raises(StateError, match="corrupt state"):
+        serde.unpackb(bytes(bad))
+
+
+def test_plain_msgpack_snapshots_are_still_read():
+    old = serde.packb({"format": "epic.x/1", "a": np.arange(100_000)})   # every array inline
+    assert old[:1] != b"\xc1"
+    st_ = serde.unpack_state(old, "epic.x/1")
+    assert (st_["a"] == np.arange(100_000)).all() and st_["a"].flags.writeable
