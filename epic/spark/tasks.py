@@ -263,10 +263,12 @@ def _fn_label(node) -> str:
 
 
 def _collect(iterator) -> pa.Table | None:
+    """The iterator's non-empty batches as one table, a chunk per batch: not copied (a run of
+    rows handed to the node is copied only if it spans batches, by :func:`_user_batch`)."""
     batches = [b for b in iterator if b.num_rows]
     if not batches:
         return None
-    return pa.Table.from_batches(batches).combine_chunks()
+    return pa.Table.from_batches(batches)
 
 
 def _user_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
