@@ -146,3 +146,24 @@ def test_sinks_changed_sees_a_new_commit_record_without_reading_it(tmp_path):
     record(tmp_path / "a.parquet", True)
     assert launcher.sinks_changed(sinks)
     assert all([launcher.sink_done(n) for n in sinks])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+@pytest.mark.parametrize("user_pool", [None, "mimalloc"])
+def test_a_worker_allocates_arrow_buffers_with_the_tuned_system_malloc(user_pool):
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_MMAP_THRESHOLD_",
+                        "MALLOC_TRIM_THRESHOLD_")}
+    if user_pool:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = user_pool
+    code = ("import pyarrow as pa\n"
+            "from epic.spark.executor import prepare_worker\n"
+            "prepare_worker()\n"
+            "a = pa.array(range(100000))\n"
+            "print(pa.default_memory_pool().backend_name, pa.total_allocated_bytes() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == (user_pool or "system")
