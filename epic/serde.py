@@ -128,7 +128,7 @@ def pack_large(value, raw_min: int | None = None, join: bool = True) -> bytes | 
             data = memoryview(obj.data).cast("B")
             return msgpack.ExtType(_EXT_RAW_BYTES,
                                    msgpack.packb([seg(data, data.nbytes), data.nbytes]))
-        if (isinstance(obj, np.ndarray) and obj.nbytes >= raw_min and not obj.dtype.hasobject):
+        if isinstance(obj, np.ndarray) and obj.nbytes >= raw_min and not obj.dtype.hasobject:
             arr = np.ascontiguousarray(obj)
             flat = arr.reshape(-1).view(np.uint8)
             return msgpack.ExtType(_EXT_RAW_ARRAY, msgpack.packb(

@@ -65,7 +65,7 @@ class Launcher:
         from epic.spark.sink_query import deploy_id
 
         self.deploy_id = deploy_id(plan.workdir)
-        #: Per local file sink: its commit record's (mtime, size) when last read and not done.
+        #: Per local file sink: its commit record's (mtime, size, inode) at the last full check.
         self._seen: dict[str, tuple] = {}
         self._local_side: dict[str, str | None] = {}   # its local path (None: remote)
         self._done: set[str] = set()                    # file sinks seen at their end

@@ -1,10 +1,13 @@
 """What a micro-batch costs in Spark's processes, without a JVM: ``freeze_gc_once`` keeps the
-reused Python workers' ``gc.collect()`` after every call short, and a local deploy's JVM compiles
-with C1 only."""
+reused Python workers' ``gc.collect()`` after every call short, a local deploy's JVM compiles
+with C1 only, a worker's malloc keeps batch-sized blocks and serves Arrow's buffers
+(``prepare_worker``), and the driver notices a finished file sink with a stat."""
 
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
 import sys
 import types
 
@@ -90,9 +93,6 @@ def test_tuned_malloc_reuses_batch_sized_blocks(how):
     """With :func:`tune_malloc`, a worker's per-batch arrays reuse the pages of the previous
     batch's; without it (or when the user set a threshold, which it then leaves alone) glibc
     maps and unmaps them, faulting every page in anew."""
-    import os
-    import subprocess
-
     env = dict(os.environ)
     env.pop("MALLOC_MMAP_THRESHOLD_", None)
     env.pop("MALLOC_TRIM_THRESHOLD_", None)
@@ -125,8 +125,6 @@ def test_sinks_changed_sees_a_new_commit_record_without_reading_it(tmp_path):
             json.dump({"batch": 1, "length": 0, "eos": eos}, f)
         os.replace(tmp, side)
 
-    import os
-
     launcher = Launcher.__new__(Launcher)
     launcher._seen, launcher._local_side, launcher._done = {}, {}, set()
     launcher.deploy_id = None
@@ -151,9 +149,6 @@ def test_sinks_changed_sees_a_new_commit_record_without_reading_it(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 @pytest.mark.parametrize("user_pool", [None, "mimalloc"])
 def test_a_worker_allocates_arrow_buffers_with_the_tuned_system_malloc(user_pool):
-    import os
-    import subprocess
-
     env = {k: v for k, v in os.environ.items()
            if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_MMAP_THRESHOLD_",
                         "MALLOC_TRIM_THRESHOLD_")}
