@@ -52,6 +52,7 @@ import pyarrow.csv as pacsv
 
 from epic.directio import MIN_DIRECT, native_append
 from epic.errors import InputError, OutputError, SpecError
+from epic.operator import one_array
 
 __all__ = [
     "STRICT",
@@ -442,8 +443,7 @@ class CsvBatchReader:
         cut = (n // self._batch_rows) * self._batch_rows if full_only else n
         for start in range(0, cut, self._batch_rows):
             part = table.slice(start, min(self._batch_rows, cut - start))
-            arrays = [part.column(i).chunk(0) if part.column(i).num_chunks == 1
-                      else part.column(i).combine_chunks() for i in range(part.num_columns)]
+            arrays = [one_array(c) for c in part.columns]
             batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
             self._rows += batch.num_rows
             yield batch
@@ -757,8 +757,7 @@ def _preformat(table: pa.Table) -> pa.Table:
         t = col.type
         if (pa.types.is_integer(t) or pa.types.is_floating(t)) and col.null_count == 0 \
                 and not pa.types.is_float16(t):
-            # one chunk as it is: combine_chunks copies even one
-            out = _preformat_column(col.chunk(0) if col.num_chunks == 1 else col.combine_chunks())
+            out = _preformat_column(one_array(col))
         changed |= out is not None
         cols.append(col if out is None else out)
     return pa.table(cols, names=table.column_names) if changed else table

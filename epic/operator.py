@@ -29,7 +29,8 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
-__all__ = ["Operator", "ENTRY_COLUMN", "watermark_hold", "snapshot_state", "check_state"]
+__all__ = ["Operator", "ENTRY_COLUMN", "one_array", "watermark_hold", "snapshot_state",
+           "check_state"]
 
 #: Reserved column carrying, per row, the wall-clock arrival time (ns since the epoch) of the newest
 #: input row that contributed to it (EPIC's delay logging). Operators propagate it when present.
@@ -57,6 +58,17 @@ class Operator(Protocol):
 
     def restore(self, data: bytes) -> None:
         """Replace the state with one produced by :meth:`snapshot`."""
+
+
+def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``col`` as one ``Array``: an array as it is, a chunked array's only chunk without a copy
+    (pyarrow's ``ChunkedArray.combine_chunks`` copies even a single chunk), several chunks
+    concatenated (an empty chunked array: an empty array of its type)."""
+    if isinstance(col, pa.Array):
+        return col
+    if col.num_chunks == 1:
+        return col.chunk(0)
+    return col.combine_chunks()
 
 
 def watermark_hold(op, watermark: int) -> int:

@@ -1,8 +1,8 @@
 """Arrow schemas and batches as the graph model and the operators use them (a base module).
 
 ``as_schema`` turns the user's schema forms into a ``pyarrow.Schema``; ``with_entry`` adds or
-removes the delay-logging column; ``empty_batch``, ``one_array`` and ``fn_name`` are small shared
-helpers.
+removes the delay-logging column; ``empty_batch`` and ``fn_name`` are small shared helpers, and
+``one_array`` (defined in :mod:`epic.operator`, which the base modules may import) is here too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 import pyarrow as pa
 
 from .errors import SpecError
-from .operator import ENTRY_COLUMN
+from .operator import ENTRY_COLUMN, one_array
 
 __all__ = ["as_schema", "with_entry", "empty_batch", "one_array", "fn_name"]
 
@@ -69,17 +69,6 @@ def with_entry(schema: pa.Schema, entry: bool) -> pa.Schema:
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     """A batch of no rows with ``schema``."""
     return pa.RecordBatch.from_pylist([], schema=schema)
-
-
-def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """``col`` as one ``Array``: an array as it is, a chunked array's only chunk without a copy
-    (pyarrow's ``ChunkedArray.combine_chunks`` copies even a single chunk), several chunks
-    concatenated (an empty chunked array: an empty array of its type)."""
-    if isinstance(col, pa.Array):
-        return col
-    if col.num_chunks == 1:
-        return col.chunk(0)
-    return col.combine_chunks()
 
 
 def fn_name(fn) -> str:

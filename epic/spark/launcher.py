@@ -65,7 +65,7 @@ class Launcher:
         from epic.spark.sink_query import deploy_id
 
         self.deploy_id = deploy_id(plan.workdir)
-        #: Per local file sink: its commit record's (mtime, size, inode) at the last full check.
+        #: Per file sink: its commit record's signature at the last full check (_record_sig).
         self._seen: dict[str, tuple] = {}
         self._local_side: dict[str, str | None] = {}   # its local path (None: remote)
         self._done: set[str] = set()                    # file sinks seen at their end
@@ -153,6 +153,23 @@ class Launcher:
             _time.sleep(0.02)
 
     # -- watching --------------------------------------------------------------------------
+    def _record_sig(self, path: str) -> tuple | None | bool:
+        """The signature (mtime, size, inode) of file sink ``path``'s local commit record, None
+        when it has none yet, False when it is remote (no cheap check)."""
+        local = self._local_side.get(path, False)
+        if local is False:
+            from epic.spark.sink_query import sidecar_location
+
+            side = sidecar_location(path)
+            local = self._local_side[path] = side.path if side.is_local else None
+        if local is None:
+            return False
+        try:
+            st = os.stat(local)
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
     def sinks_changed(self, sinks) -> bool:
         """Whether ``sinks`` may all have committed their end of stream since the last
         :meth:`sink_done` checks: a cheap test the deploy runs between its full checks, so a
@@ -160,43 +177,29 @@ class Launcher:
         record of the first local file sink not yet seen done (the deploy cannot have finished
         before that one has). Topic sinks and remote file sinks are left to the full checks."""
         from epic.sinks import CsvSink, ParquetSink
-        from epic.spark.sink_query import sidecar_location
 
         for node in sinks:
             sink = node.sink
             if not isinstance(sink, (CsvSink, ParquetSink)) or sink.path in self._done:
                 continue
-            local = self._local_side.get(sink.path, False)
-            if local is False:
-                side = sidecar_location(sink.path)
-                local = self._local_side[sink.path] = side.path if side.is_local else None
-            if local is None:
+            sig = self._record_sig(sink.path)
+            if sig is False:
                 continue
-            try:
-                st = os.stat(local)
-                sig = (st.st_mtime_ns, st.st_size, st.st_ino)
-            except FileNotFoundError:
-                sig = None
             return self._seen.get(sink.path, ()) != sig
         return False
 
     def sink_done(self, node: SinkNode) -> bool:
         """Whether sink ``node`` committed its end of stream."""
         from epic.sinks import CsvSink, ParquetSink
-        from epic.spark.sink_query import read_sidecar, sidecar_location
+        from epic.spark.sink_query import read_sidecar
 
         sink = node.sink
         if isinstance(sink, (CsvSink, ParquetSink)):
-            side = sidecar_location(sink.path)
-            sig = None
-            if side.is_local:
-                try:
-                    st = os.stat(side.path)
-                    sig = (st.st_mtime_ns, st.st_size, st.st_ino)
-                except FileNotFoundError:
-                    pass
+            if sink.path in self._done:   # an end of stream stays
+                return True
+            sig = self._record_sig(sink.path)   # before the read: a later commit changes it
             rec = read_sidecar(sink.path, self.deploy_id)
-            self._seen[sink.path] = sig   # stat before the read: a later commit changes it
+            self._seen[sink.path] = sig
             if rec and rec.get("eos"):
                 self._done.add(sink.path)
                 return True
