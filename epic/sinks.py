@@ -201,6 +201,27 @@ class ParquetSink(Sink):
     delays: bool = False
     delay_columns: tuple[str, str] = DELAY_COLUMNS
     blocking: bool = True  # the file is readable only once closed
+    #: ``pyarrow.parquet.ParquetWriter`` keywords given to :func:`parquet_sink`, as sorted
+    #: ``(name, value)`` pairs (lists as tuples: the sink is hashable)
+    options: tuple = ()
+
+    def writer_options(self, schema: pa.Schema) -> dict:
+        """The keywords of this sink's ``pyarrow.parquet.ParquetWriter`` (its ``options``)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.options}
+
+    def check(self, schema, time, unit):
+        super().check(schema, time, unit)
+        if not self.options:
+            return
+        import pyarrow.parquet as pq
+
+        out = self.output_schema(schema)
+        try:   # an empty file in memory: the options' names and values as the writer sees them
+            pq.ParquetWriter(pa.BufferOutputStream(), out, **self.writer_options(out)).close()
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise SpecError(f"parquet_sink {self.path}: options {dict(self.options)!r} are not "
+                            f"accepted by pyarrow.parquet.ParquetWriter ({exc}); see its "
+                            "documentation for the names and values") from None
 
     def open(self, schema, time, unit, node):
         import uuid
@@ -231,7 +252,7 @@ class ParquetSink(Sink):
                                       " and rerun") from None
             return call
 
-        w = guarded(pq.ParquetWriter)(tmp, out)
+        w = guarded(lambda path: pq.ParquetWriter(path, out, **self.writer_options(out)))(tmp)
 
         def close(wm):
             w.close()
@@ -245,15 +266,36 @@ class ParquetSink(Sink):
         return f"parquet {os.path.basename(self.path)}"
 
 
+#: Keywords of ``pyarrow.parquet.ParquetWriter`` that a sink decides itself.
+_NOT_OPTIONS = frozenset({"where", "schema", "filesystem"})
+
+
 def parquet_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
-                 delays: bool = False) -> ParquetSink:
+                 delays: bool = False, options: dict | None = None) -> ParquetSink:
     """Write one Parquet file (complete when the input ends, so only for bounded streams).
+
+    The file is written by ``pyarrow.parquet.ParquetWriter`` with its defaults (Snappy
+    compression, dictionary encoding and statistics for every column) unless ``options`` (its
+    keywords) say otherwise, e.g. ``{"compression": "zstd"}``, or ``{"use_dictionary":
+    [columns]}`` to dictionary-encode only those: writing is then faster for columns whose
+    values rarely repeat, but larger for those whose values do (docs/performance.md, session
+    19). The options are checked when the topology is built.
 
     Example:
         >>> parquet_sink("out/q1.parquet").blocking
         True
+        >>> parquet_sink("out/q1.parquet", options={"compression": "zstd"}).options
+        (('compression', 'zstd'),)
     """
-    return ParquetSink(output_path(path, "parquet_sink path"), _cols(columns), delays)
+    opts = dict(options or {})
+    bad = sorted(set(opts) & _NOT_OPTIONS)
+    if bad:
+        raise SpecError(f"parquet_sink {path}: options {bad} are set by the sink itself; "
+                        "leave them out")
+    pairs = tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v)
+                         for k, v in opts.items()))
+    return ParquetSink(output_path(path, "parquet_sink path"), _cols(columns), delays,
+                       options=pairs)
 
 
 @dataclass(frozen=True)

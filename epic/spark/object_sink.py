@@ -119,7 +119,8 @@ class ObjectStoreFileWriter:
         final = meta.join("parts", _part_name(batch_id, part, "parquet"))
         try:
             with final.open_output() as f:
-                pq.write_table(pa.Table.from_batches(batches, schema=schema), f)
+                pq.write_table(pa.Table.from_batches(batches, schema=schema), f,
+                               **sink.writer_options(schema))
         except OSError as exc:
             from epic.errors import OutputError
 
@@ -206,7 +207,8 @@ class ObjectStoreFileWriter:
             return
         import pyarrow.parquet as pq
 
-        with out.open_output() as dst, pq.ParquetWriter(dst, schema) as w:
+        with out.open_output() as dst, pq.ParquetWriter(dst, schema,
+                                                        **sink.writer_options(schema)) as w:
             for n in names:
                 with pdir.join(n).open_input() as src:
                     for b in pq.read_table(src).to_batches():

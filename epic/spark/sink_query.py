@@ -336,7 +336,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
             rows = 0
             try:
                 with atomic_path(final, tmp_dir=os.path.join(meta, "_tmp")) as tmp, \
-                        pq.ParquetWriter(tmp, schema) as w:
+                        pq.ParquetWriter(tmp, schema, **sink.writer_options(schema)) as w:
                     buf, held = [], 0
                     for x in itertools.chain((first,), it):
                         buf.append(pa.RecordBatch.from_arrays(x.columns, schema=schema))
@@ -457,7 +457,8 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                             concat_parquet(files, tmp)
                         except NotConcatenable:
                             join = "reencode"
-                            _reencode_parquet(files, tmp, schema)
+                            _reencode_parquet(files, tmp, schema,
+                                              sink.writer_options(schema))
                 except OSError as exc:
                     from epic.errors import OutputError
 
@@ -514,12 +515,13 @@ def _file_lock(meta: str):
         os.close(fd)
 
 
-def _reencode_parquet(files: list[str], tmp: str, schema: pa.Schema) -> None:
+def _reencode_parquet(files: list[str], tmp: str, schema: pa.Schema,
+                      options: dict | None = None) -> None:
     """Join Parquet parts by decoding and re-encoding them (when :func:`concat_parquet` cannot
     join them byte for byte, e.g. no parts at all: the file then holds just the schema)."""
     import pyarrow.parquet as pq
 
-    with pq.ParquetWriter(tmp, schema) as w:
+    with pq.ParquetWriter(tmp, schema, **(options or {})) as w:
         for name in files:
             # a row group at a time: a part can hold a whole micro-batch of Q3 heat-map rows
             # (memory stays bounded by the row group)
