@@ -27,7 +27,8 @@ log, commit log, checkpoints and task scheduling, but the rows never enter Spark
 Partitions of a task list: a keyed stateful node gets ``partitions`` tasks per micro-batch, each
 reading every segment and keeping the rows whose key hashes to it
 (:func:`epic.spark.source_query.key_partition`); a global one one task; a stateless group up to
-``partitions`` tasks over contiguous runs of segments. A splitstream writes one topic per output, so
+``partitions`` tasks over contiguous runs of segments. Siblings with stateful nodes (``--fuse``)
+get those tasks per branch (``GroupPlan.branch_tasks``). A splitstream writes one topic per output, so
 a consumer reads only its own rows.
 """
 
@@ -44,7 +45,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 
 from epic.atomic import atomic_json, atomic_path
-from epic.spark.executor import WORKER_KEEPS, prepare_worker, release_memory
+from epic.spark.executor import (WORKER_KEEPS, cpu_slot, key_partition_of_task,
+                                 prepare_worker, release_memory)
 from epic.spark.tags import HWM, IN, POS
 from epic.spark.trace import adopt, span
 from epic.storage import deferred_sync
@@ -141,8 +143,14 @@ class GroupPlan:
         inlet_pre: input index -> the stateless specs of that input's inlet
             (:func:`epic.spark.planner.plan_inlets`): a source's nodes before the merge, run
             over the input's rows as they are read.
-        nice: > 0: the tasks run at this nice value (a query behind the deploy's live source,
-            :data:`epic.spark.planner.BACKGROUND_NICE`).
+        nice: > 0: the tasks run at this nice value (a query that reads no source, with a live
+            source or ``sourceFirst``: :data:`epic.spark.planner.BACKGROUND_NICE`).
+        branch_tasks: siblings with stateful nodes run each branch in tasks of its own
+            (``branches x partitions`` tasks per micro-batch, each reading the input): Spark
+            then spreads a query's windows over the cores instead of running them one after
+            another in one task (:data:`epic.spark.planner.BRANCH_TASKS_CONF`).
+        cpu_slots: with ``nice``, at most this many tasks of such queries of the deploy work at
+            once on a machine (:func:`epic.spark.executor.cpu_slot`; 0: no limit).
     """
 
     name: str
@@ -159,6 +167,8 @@ class GroupPlan:
     trace: str = ""
     inlet_pre: dict = field(default_factory=dict)
     nice: int = 0
+    branch_tasks: bool = False
+    cpu_slots: int = 0
 
     @property
     def outputs(self) -> list:
@@ -171,14 +181,17 @@ class GroupPartition(InputPartition):
     """The files one task reads: ``(input index, path, kind)`` with kind ``topic`` or ``spool``;
     ``key_part``: the hash partition a keyed node's task keeps (None: every row); ``end``: the
     micro-batch's end offset when the tasks cannot read the offset log (a remote work
-    directory: the checkpoints are on the driver's disk), else None."""
+    directory: the checkpoints are on the driver's disk), else None; ``branch``: the one
+    branch the task runs (``GroupPlan.branch_tasks``; None: all)."""
 
-    def __init__(self, index: int, items: tuple, key_part: int | None, end: dict | None = None):
+    def __init__(self, index: int, items: tuple, key_part: int | None, end: dict | None = None,
+                 branch: int | None = None):
         super().__init__(index)
         self.part = index
         self.items = items
         self.key_part = key_part
         self.end = end
+        self.branch = branch
 
 
 # -- executor side -------------------------------------------------------------------------------
@@ -344,8 +357,9 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
     prepare_worker()
     # The task's snapshots and topic segments are fsynced together at its end (deferred_sync):
     # they count only once the micro-batch commits, so the syncs stay off the path from a row
-    # to the outputs written before them.
-    with deferred_sync():
+    # to the outputs written before them. State and output parts are per key partition.
+    with deferred_sync(), key_partition_of_task(part.part if part.branch is None
+                                                else part.key_part or 0):
         if part.end is not None:
             from epic.spark.offsets import task_offsets
 
@@ -359,11 +373,16 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
 def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatch]:
     from epic.spark.tasks import run_stateful, run_stateless
 
-    shared = len(plan.branches) > 1
+    branches = plan.branches
+    msgs: list = []
+    if part.branch is not None:
+        # one branch: its outputs' commit messages keep their indexes in ``plan.outputs``
+        msgs = [None] * sum(len(b.all_outputs()) for b in branches[:part.branch])
+        branches = [branches[part.branch]]
+    shared = len(branches) > 1
     rows = list(_read_items(plan, part)) if shared else None
     keyed = None   # the positioned (and key-filtered) rows, shared by branches without pre
-    msgs: list = []
-    for br in plan.branches:
+    for br in branches:
         # Outputs that are all files need no markers from the snapshot: stream them (a Q3
         # micro-batch of heat-map windows is ~10^8 CSV rows).
         stream = br.files_only
@@ -386,6 +405,7 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
         _finish(br, _rest(br, it, stream), msgs)
     rows = keyed = it = None
     release_memory(above=WORKER_KEEPS)
+    msgs = [m for m in msgs if m is not None]
     yield pa.RecordBatch.from_arrays([pa.array(msgs, pa.binary())], schema=PTR_SCHEMA)
 
 
@@ -534,9 +554,12 @@ class GroupPlanner:
         sp["rows"] = sum(rows)
         self._count(end, sum(rows))
         e = None if plan.fs is None else end
-        if plan.stateful and plan.key is not None:
-            return [GroupPartition(p, items, p, e) for p in range(max(1, plan.partitions))]
-        if plan.stateful or len(items) <= 1:
+        if plan.stateful:
+            keys = max(1, plan.partitions) if plan.key is not None else 1
+            per = range(len(plan.branches)) if plan.branch_tasks else (None,)
+            return [GroupPartition(i * keys + p, items, p if plan.key is not None else None, e, b)
+                    for i, b in enumerate(per) for p in range(keys)]
+        if len(items) <= 1:
             return [GroupPartition(0, items, None, e)]
         # Stateless: contiguous runs of files, balanced by rows (file order is stream order
         # and the topic sink commits the parts in partition order).
@@ -592,11 +615,14 @@ class GroupPlanner:
 
     def read(self, partition: GroupPartition) -> Iterator[pa.RecordBatch]:
         """A task (executor side)."""
-        with span("task", self.plan.name, "task", part=partition.part):
-            if self.plan.nice:
-                yield from _niced(self.plan.nice, lambda: list(run_partition(self.plan, partition)))
+        plan = self.plan
+        with span("task", plan.name, "task", part=partition.part):
+            if plan.nice:
+                with cpu_slot(plan.workdir, plan.cpu_slots):
+                    out = _niced(plan.nice, lambda: list(run_partition(plan, partition)))
+                yield from out
             else:
-                yield from run_partition(self.plan, partition)
+                yield from run_partition(plan, partition)
 
 
 def _niced(nice: int, fn):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
+import threading
 
 __all__ = ["freeze_gc_once", "prepare_worker", "release_memory", "tune_malloc", "use_system_pool",
-           "WORKER_KEEPS"]
+           "WORKER_KEEPS", "task_ids", "key_partition_of_task", "cpu_slot"]
+
+_task = threading.local()   # .part: the key partition a direct query's task runs (see below)
 
 _frozen_at = -1   # len(sys.modules) at the last freeze
 _malloc_tuned = False
@@ -23,6 +27,73 @@ def prepare_worker() -> None:
         if tune_malloc():
             use_system_pool()
     freeze_gc_once()
+
+
+@contextlib.contextmanager
+def key_partition_of_task(part: int):
+    """Within it, :func:`task_ids` on this thread gives ``part`` as the task's partition: a
+    direct query whose sibling branches run in tasks of their own (:mod:`epic.spark.direct`)
+    numbers its Spark partitions ``branch * partitions + key partition``, while state
+    directories and output parts are per key partition."""
+    old = getattr(_task, "part", None)
+    _task.part = int(part)
+    try:
+        yield
+    finally:
+        _task.part = old
+
+
+@contextlib.contextmanager
+def cpu_slot(key: str, slots: int, poll: float = 0.01):
+    """Hold one of ``slots`` CPU slots of this machine shared by the tasks of one deploy
+    (``key``, e.g. its work directory) while the block runs: at most ``slots`` such tasks work
+    at once, the others wait here before reading anything (so they hold no memory). Slots are
+    ``flock``-ed files in the temp directory, released by the kernel if a task dies.
+    ``slots <= 0``: no limit."""
+    if slots <= 0:
+        yield
+        return
+    import fcntl
+    import hashlib
+    import tempfile
+    import time
+
+    d = os.path.join(tempfile.gettempdir(), "epic-cpu-slots-" + hashlib.sha1(
+        f"{os.getuid()}:{key}".encode()).hexdigest()[:16])
+    os.makedirs(d, exist_ok=True)
+    fds = []
+    try:
+        while True:
+            for i in range(slots):
+                if len(fds) <= i:
+                    fds.append(os.open(os.path.join(d, f"{i}.lock"), os.O_RDWR | os.O_CREAT,
+                                       0o600))
+                try:
+                    fcntl.flock(fds[i], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                try:
+                    yield
+                finally:
+                    fcntl.flock(fds[i], fcntl.LOCK_UN)
+                return
+            time.sleep(poll)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def task_ids() -> tuple[int, int]:
+    """``(micro-batch id, partition)`` of the running Spark task: the partition is the key
+    partition set by :func:`key_partition_of_task`, else Spark's partition id."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    part = getattr(_task, "part", None)
+    # streaming.sql.batchId: an internal Spark property, the only place a task learns its
+    # micro-batch id
+    return (int(ctx.getLocalProperty("streaming.sql.batchId")),
+            ctx.partitionId() if part is None else part)
 
 
 def use_system_pool() -> bool:

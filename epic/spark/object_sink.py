@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from epic.spark.crash import crash_point, fault_point
-from epic.spark.executor import prepare_worker
+from epic.spark.executor import prepare_worker, task_ids
 from epic.spark.sink_query import HOLD_ROWS, deploy_id, part_message, read_sidecar, shaped_rows
 from epic.storage import Location, resolve
 
@@ -77,11 +77,7 @@ class ObjectStoreFileWriter:
 
     def write(self, iterator):
         prepare_worker()
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        part = ctx.partitionId()
+        batch_id, part = task_ids()
         sink = self.node.sink
         schema = sink.output_schema(self.node.input.schema)
         out, meta = self._locations()

@@ -285,15 +285,35 @@ def auto_partitions(topology: Topology, *, cores: int, fuse: bool) -> int:
     return max(1, int(cores) // max(1, keyed_queries(probe)))
 
 
-#: With a live source (docs/deploy.md, "Live and paced sources"), the tasks of the queries that
-#: read none run at this nice value (``--conf spark.epic.backgroundNice=N``; 0: off): on a busy
-#: machine a row's path from the live source to the outputs of the query reading it then waits
-#: less for CPU taken by heavier downstream queries (the keyed windows of DEBS Q1 and Q3), which
-#: catch up when the CPU is idle (issue 16, point 6).
+#: With a live source (docs/deploy.md, "Who runs first with a live source"), or with bounded ones and
+#: :data:`SOURCE_FIRST_CONF`, the tasks of the queries that read no source run at this nice
+#: value (``--conf spark.epic.backgroundNice=N``; 0: off): on a busy machine a row's path from
+#: the live source to the outputs of the query reading it then waits less for CPU taken by
+#: heavier downstream queries (the keyed windows of DEBS Q1 and Q3), which catch up when the CPU
+#: is idle (issue 16, point 6).
 BACKGROUND_NICE = 10
 
 #: The Spark setting that overrides :data:`BACKGROUND_NICE`.
 BACKGROUND_NICE_CONF = "spark.epic.backgroundNice"
+
+#: ``--conf spark.epic.sourceFirst=true`` (bounded sources; off by default): the query reading
+#: the source runs first and the others on the CPU it leaves. The queries that read no source
+#: run their tasks at :data:`BACKGROUND_NICE`, at most one per core at once on a local master
+#: (``cpu_slots``); the local master gets ``runtime.SOURCE_FIRST_SLOTS_PER_CORE`` slots per
+#: core; siblings run a task per branch (:data:`BRANCH_TASKS_CONF`). On the DEBS full game
+#: (Parquet, 2 cores) single trials gave 136-142 s against 155 s, but the complete benchmark
+#: run of session 19 gave 185 s / 4.2 GiB (CSV 197 s / 4.5 GiB, over the 4 GiB target), so it
+#: is not the default (docs/performance.md, session 19).
+SOURCE_FIRST_CONF = "spark.epic.sourceFirst"
+
+#: With ``--fuse``, siblings with stateful nodes (the four windows of DEBS Q1, or of Q3) may run
+#: each branch in tasks of their own (``--conf spark.epic.branchTasks=true``; the default follows
+#: :data:`SOURCE_FIRST_CONF`): Spark spreads them over the cores, and a query's micro-batch
+#: lasts as long as its heaviest branch instead of all of them in a row. Each such task reads the
+#: input itself (memory-mapped topic segments). Off, one task per key partition runs every
+#: branch, reading the input once. Alone (without the source first) it made the DEBS full game
+#: slower: 174 s against 155 s, the source's query waiting for task slots.
+BRANCH_TASKS_CONF = "spark.epic.branchTasks"
 
 
 @dataclass
@@ -323,13 +343,21 @@ class DeployPlan:
             its input's row width, :func:`auto_batch_rows`).
         retention: delete topic segments every reading query has committed past.
         driver_dir: the driver-local directory of ``checkpoints/`` (default: ``workdir``).
-        background_nice: with a live source, the nice value of the tasks of the queries that
-            read none (:data:`BACKGROUND_NICE`; 0: all at the same priority).
+        background_nice: with a live source or ``source_first``, the nice value of the tasks
+            of the queries that read no source (:data:`BACKGROUND_NICE`; 0: all at the same
+            priority).
+        branch_tasks: siblings' branches in tasks of their own (:data:`BRANCH_TASKS_CONF`;
+            None: as ``source_first``).
+        source_first: :data:`SOURCE_FIRST_CONF`.
+        cpu_slots: with ``source_first``, the niced tasks work at most this many at once on a
+            machine (:func:`epic.spark.executor.cpu_slot`; the cores of a local master; 0: no
+            limit).
     """
 
     def __init__(self, topology: Topology, workdir: str, *, partitions: int, fuse: bool,
                  batch_rows: int | None, retention: bool = True, driver_dir: str | None = None,
-                 background_nice: int | None = None):
+                 background_nice: int | None = None, branch_tasks: bool | None = None,
+                 source_first: bool = False, cpu_slots: int = 0):
         from epic.paths import is_remote
         from epic.storage import resolve
 
@@ -350,6 +378,9 @@ class DeployPlan:
         self.live = any(n.source.live for n in self.sources)
         self.background_nice = (BACKGROUND_NICE if background_nice is None
                                  else max(0, min(19, int(background_nice))))
+        self.source_first = bool(source_first)
+        self.branch_tasks = self.source_first if branch_tasks is None else bool(branch_tasks)
+        self.cpu_slots = max(0, int(cpu_slots)) if self.source_first else 0
         self.sinks = [n for n in self.order if isinstance(n, SinkNode)]
         self.groups = plan_groups(topology, fuse)
         #: Groups run inside another group's query (head name -> (parent, stream)), and the
@@ -531,6 +562,7 @@ class DeployPlan:
         st = next((n for n in unit[0] if self.modes.get(n.name, "stateless") != "stateless"),
                   None)
         live = any(x.kind == "source" and not x.planner.bounded for x in inputs)
+        reads_source = any(x.kind == "source" for x in inputs)
         plan = GroupPlan(
             name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
             key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
@@ -540,7 +572,10 @@ class DeployPlan:
             fs=None if self.loc is None else self.loc.fs,
             fs_root=None if self.loc is None else self.loc.path, checkpoint=ckpt,
             trace=trace.target(), inlet_pre=inlet_pre,
-            nice=self.background_nice if self.live and not live else 0)
+            nice=self.background_nice if (self.live or self.source_first) and not reads_source
+            else 0,
+            branch_tasks=self.branch_tasks and st is not None and len(branches) > 1,
+            cpu_slots=0 if reads_source or not self.background_nice else self.cpu_slots)
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
                          make_planner=functools.partial(GroupPlanner, plan, inputs, rows),
                          committer=Committer(plan.outputs, plan.name, plan.trace),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from epic.atomic import atomic_json
 from epic.errors import EpicError
 from epic.spark.launcher import Launcher
-from epic.spark.planner import DeployPlan, plan_modes
+from epic.spark.planner import BRANCH_TASKS_CONF, SOURCE_FIRST_CONF, DeployPlan, plan_modes
 from epic.spark.trace import event, span
 from epic.spark.status import STATUS, STOP, Stats, read_status, request_stop, status_table
 from epic.topics import Topic
@@ -405,22 +405,33 @@ LOCAL_JIT = "-XX:TieredStopAtLevel=1"
 
 
 #: Task slots per core of the local master a deploy with a live source starts (``--master``
-#: unset): see :func:`live_slots`.
+#: unset): see :func:`local_slots`.
 LIVE_SLOTS_PER_CORE = 4
 
+#: Task slots per core of the local master a deploy of bounded sources starts with
+#: ``--conf spark.epic.sourceFirst=true``: see :func:`local_slots`.
+SOURCE_FIRST_SLOTS_PER_CORE = 3
 
-def live_slots(topology: Topology) -> int | None:
-    """Task slots of the local master a deploy starts when ``--master`` is not given: with a live
-    source (unbounded, or a paced replay), :data:`LIVE_SLOTS_PER_CORE` per core, so that a
-    query's micro-batch starts its tasks when it is planned instead of queueing behind other
-    queries' tasks for one of the ``local[*]`` slots (one per core): the operating system then
-    shares the cores, and the live source's query runs first (``BACKGROUND_NICE``). Without a
-    live source (None: ``local[*]``) every query has its input at hand, and more tasks at once
-    would only hold more memory."""
+
+def local_slots(topology: Topology, source_first: bool = False) -> int | None:
+    """Task slots of the local master a deploy starts when ``--master`` is not given.
+
+    With a live source (unbounded, or a paced replay), :data:`LIVE_SLOTS_PER_CORE` per core, so
+    that a query's micro-batch starts its tasks when it is planned instead of queueing for one
+    of ``local[*]``'s slots (one per core) behind other queries' tasks: the operating system
+    then shares the cores, and the live source's query runs first
+    (``planner.BACKGROUND_NICE``). With bounded sources and ``source_first``
+    (``planner.SOURCE_FIRST_CONF``) :data:`SOURCE_FIRST_SLOTS_PER_CORE` per core, for the same
+    reason; each slot in use is a Python worker (about 170 MB on the DEBS full game). Otherwise
+    None (``local[*]``): every query has its input at hand, and more tasks at once would only
+    hold more memory."""
     from epic.topology import SourceNode
 
+    cores = os.cpu_count() or 1
     if any(isinstance(n, SourceNode) and n.source.live for n in topology.nodes.values()):
-        return LIVE_SLOTS_PER_CORE * (os.cpu_count() or 1)
+        return LIVE_SLOTS_PER_CORE * cores
+    if source_first:
+        return SOURCE_FIRST_SLOTS_PER_CORE * cores
     return None
 
 
@@ -436,6 +447,18 @@ def _background_nice(spark) -> int | None:
     except ValueError:
         raise EpicError(f"--conf {BACKGROUND_NICE_CONF}={v!r}: expected a nice value from 0 "
                         "(off) to 19, e.g. 10") from None
+
+
+def _flag(value, name: str) -> bool | None:
+    """A true/false ``--conf`` value (None: not set)."""
+    v = str(value or "").strip().lower()
+    if not v:
+        return None
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise EpicError(f"--conf {name}={v!r}: expected true or false")
 
 
 def _local_jit(master: str | None, conf: dict) -> dict:
@@ -484,7 +507,8 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
         from epic.spark.ship import shipping
 
         with span("session", topology.name, "driver"):
-            spark = build_session(master, ui=ui, slots=live_slots(topology), conf=shipping(
+            spark = build_session(master, ui=ui, slots=local_slots(topology, bool(_flag(
+                (conf or {}).get(SOURCE_FIRST_CONF), SOURCE_FIRST_CONF))), conf=shipping(
                 topology, driver, master=master, archive=archive,
                 conf=_local_jit(master, _spark_scratch(driver, master, conf))))
     elif conf:
@@ -496,15 +520,16 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
     settings = dict(spark.sparkContext.getConf().getAll())
     settings.update(spark.conf.getAll)
     _write_json(f"{wd}/spark-conf.json", dict(sorted(settings.items())))
+    cores = spark.sparkContext.defaultParallelism
+    local = str(spark.conf.get("spark.master", "")).startswith("local")
+    if local:
+        cores = min(cores, os.cpu_count() or 1)  # local_slots: more slots than cores
     if partitions is None:
         if "spark.sql.shuffle.partitions" in (conf or {}):
             partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
         else:
             from epic.spark.planner import auto_partitions
 
-            cores = spark.sparkContext.defaultParallelism
-            if str(spark.conf.get("spark.master", "")).startswith("local"):
-                cores = min(cores, os.cpu_count() or 1)  # live_slots: more slots than cores
             partitions = auto_partitions(topology, fuse=fuse, cores=cores)
     partitions = _manifest(wd, topology, partitions, fuse, driver)
     os.makedirs(os.path.join(driver, "checkpoints"), exist_ok=True)
@@ -520,7 +545,12 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
             pass
     plan = DeployPlan(topology, wd, partitions=partitions, fuse=fuse, batch_rows=batch_rows,
                       retention=retention, driver_dir=driver,
-                      background_nice=_background_nice(spark))
+                      background_nice=_background_nice(spark),
+                      branch_tasks=_flag(spark.conf.get(BRANCH_TASKS_CONF, None),
+                                         BRANCH_TASKS_CONF),
+                      source_first=bool(_flag(spark.conf.get(SOURCE_FIRST_CONF, None),
+                                              SOURCE_FIRST_CONF)),
+                      cpu_slots=cores if local else 0)
     check_plan(wd, os.path.join(driver, "checkpoints"), [plan.unit_name(u) for u in plan.units])
     plan.create_topics()
     launcher = Launcher(spark, plan, trigger_interval)

@@ -49,7 +49,7 @@ from epic.atomic import atomic_json, atomic_path
 from epic.directio import append_file, open_append
 from epic.parquetcat import NotConcatenable, concat_parquet
 from epic.spark.crash import crash_point, fault_point
-from epic.spark.executor import prepare_worker
+from epic.spark.executor import prepare_worker, task_ids
 
 #: Rows a deploy's Parquet part file buffers per row group (the tasks stream their rows into it).
 PARQUET_GROUP_ROWS = 1 << 18
@@ -286,11 +286,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
     class FileSinkWriter:
         def write(self, iterator):
             prepare_worker()
-            from pyspark import TaskContext
-
-            ctx = TaskContext.get()
-            batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-            part = ctx.partitionId()
+            batch_id, part = task_ids()
             schema = out_schema
             if is_csv and part == 0:
                 return write_in_place(shaped(iterator), batch_id)

@@ -36,7 +36,7 @@ from epic.atomic import atomic_write
 from epic.operator import snapshot_state
 from epic.operators import build as build_operator
 from epic.schemas import one_array
-from epic.spark.executor import prepare_worker
+from epic.spark.executor import prepare_worker, task_ids
 from epic.spark.trace import span
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
                              STEP, WM, runs, step_of, tag, with_tags)
@@ -247,13 +247,6 @@ def node_late_rows(state_dir: str) -> int:
     return total
 
 
-def _batch_id() -> tuple[int, int]:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    return int(ctx.getLocalProperty("streaming.sql.batchId")), ctx.partitionId()
-
-
 def _fn_label(node) -> str:
     for attr in ("fn", "predicate"):
         f = getattr(node, attr, None)
@@ -318,7 +311,7 @@ def run_stateless(spec: TaskSpec, iterator, stream: bool = False) -> Iterator[pa
         if d is None:
             d = NodeDriver(node.name, build_operator(node), 1, split=isinstance(node, SplitNode),
                            label=_fn_label(node))
-            d.batch, _ = _batch_id()
+            d.batch, _ = task_ids()
             d.check = False  # stateless: nothing is checkpointed
         steps = table.column(STEP).to_numpy()
         wms = table.column(WM).to_numpy()
@@ -371,7 +364,7 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
 
     prepare_worker()
     table = _collect(iterator)
-    batch_id, part = _batch_id()
+    batch_id, part = task_ids()
     node = spec.node
     n_in = len(spec.in_schemas)
     store = StateStore(spec.state_dir, part)

@@ -47,7 +47,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from epic.errors import EpicError
-from epic.spark.executor import prepare_worker
+from epic.spark.executor import prepare_worker, task_ids
 from epic.spark.offsets import (batch_markers, checkpoint_is_fresh, combine_markers,
                                      combine_step)
 from epic.topics import TempSegment, Topic
@@ -111,12 +111,7 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TopicCommitMessage:
         prepare_worker()
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        # Internal Spark property, the only place a task learns its micro-batch id.
-        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        part = ctx.partitionId()
+        batch_id, part = task_ids()
         writer = None
         try:
             for batch in iterator:

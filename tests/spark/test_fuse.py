@@ -24,14 +24,17 @@ from test_recovery import _lines, reference  # noqa: F401 - fixture
 pytestmark = pytest.mark.spark
 
 
-def _deploy(topo, wd, out, crash=None, params=()):
-    """test_recovery's subprocess deploy, with --fuse (``params``: more topology parameters)."""
+def _deploy(topo, wd, out, crash=None, params=(), opts=(), trace=None):
+    """test_recovery's subprocess deploy, with --fuse (``params``: more topology parameters;
+    ``opts``: more deploy options; ``trace``: an EPIC_TRACE file)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
+           if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID", "EPIC_TRACE")}
     if crash:
         env["EPIC_CRASH_AT"] = crash
+    if trace:
+        env["EPIC_TRACE"] = str(trace)
     cmd = [sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir", str(wd),
-           "--batch-rows", "500", "--no-progress", "--timeout", "240", "--fuse", "--",
+           "--batch-rows", "500", "--no-progress", "--timeout", "240", "--fuse", *opts, "--",
            "--out", str(out), *params]
     return subprocess.run(cmd, env=env, start_new_session=True, capture_output=True, text=True,
                           timeout=300)
@@ -81,13 +84,14 @@ def test_plan_groups():
         full.node("q1_split").outputs[1])]          # the keyed windows' input stays a topic
 
 
-def test_with_a_live_source_the_other_queries_tasks_run_niced(tmp_path):
-    """docs/deploy.md, "Live and paced sources": a paced DEBS replay's query (the readers, the
-    merge, Q2 and Q4) runs its tasks at normal priority, the keyed windows' queries at
-    BACKGROUND_NICE; unpaced, or with the setting 0, all at normal priority. The default local
-    master then has LIVE_SLOTS_PER_CORE slots per core."""
+def test_with_a_live_source_or_source_first_the_other_queries_tasks_run_niced(tmp_path):
+    """docs/deploy.md, "Who runs first": a paced DEBS replay's query (the readers, the merge, Q2
+    and Q4) runs its tasks at normal priority, the keyed windows' queries at BACKGROUND_NICE;
+    unpaced the same with ``source_first``, else all at normal priority, as with the setting 0.
+    The default local master then has LIVE_SLOTS_PER_CORE slots per core (live), or
+    SOURCE_FIRST_SLOTS_PER_CORE (``source_first``), else local[*]."""
     from epic.spark.planner import BACKGROUND_NICE
-    from epic.spark.runtime import LIVE_SLOTS_PER_CORE, live_slots
+    from epic.spark.runtime import LIVE_SLOTS_PER_CORE, SOURCE_FIRST_SLOTS_PER_CORE, local_slots
 
     debs = ROOT / "topologies" / "debs2013.py"
     params = {"input": "game.csv", "out": str(tmp_path)}
@@ -99,13 +103,92 @@ def test_with_a_live_source_the_other_queries_tasks_run_niced(tmp_path):
         return {q.name.split("+")[0]: q.make_planner.args[0].nice for q in plan.queries()}
 
     paced = load_topology(debs, params={**params, "replay_speed": "1"})
-    assert nice(paced) == {"event_reader": 0, "q1b_1M_window": BACKGROUND_NICE,
-                           "q3_1M_window": BACKGROUND_NICE}
+    want = {"event_reader": 0, "q1b_1M_window": BACKGROUND_NICE, "q3_1M_window": BACKGROUND_NICE}
+    assert nice(paced) == want
     assert set(nice(paced, background_nice=0).values()) == {0}
     unpaced = load_topology(debs, params=params)
     assert set(nice(unpaced).values()) == {0}
-    assert live_slots(paced) == LIVE_SLOTS_PER_CORE * os.cpu_count()
-    assert live_slots(unpaced) is None
+    assert nice(unpaced, source_first=True) == want
+    assert local_slots(paced) == LIVE_SLOTS_PER_CORE * os.cpu_count()
+    assert local_slots(unpaced) is None
+    assert local_slots(unpaced, True) == SOURCE_FIRST_SLOTS_PER_CORE * os.cpu_count()
+
+
+def test_sibling_windows_run_a_task_per_branch(tmp_path):
+    """With ``source_first`` (or ``branch_tasks``) the four keyed windows of DEBS Q3 (siblings
+    of one query) get ``branches x partitions`` tasks per micro-batch, each running one branch
+    for one key partition, and the niced queries take the deploy's ``cpu_slots``; by default,
+    or with ``branch_tasks=False``, one task per key partition runs every branch."""
+    from epic.spark.direct import GroupPlanner, PlanInput
+
+    debs = ROOT / "topologies" / "debs2013.py"
+    topo = load_topology(debs, params={"input": "game.csv", "out": str(tmp_path)})
+
+    class Segments:   # a topic input's planner: two segment files
+        def partitions(self, a, b):
+            return [type("P", (), {"path": f"/seg/{i}", "rows": 10})() for i in range(2)]
+
+    def tasks(**kw):
+        plan = DeployPlan(topo, str(tmp_path / f"wd{len(os.listdir(tmp_path))}"), partitions=2,
+                          fuse=True, batch_rows=1000, cpu_slots=2, **kw)
+        plan.create_topics()
+        q = next(q for q in plan.queries() if q.name.startswith("q3_1M_window"))
+        gp = q.make_planner.args[0]
+        planner = GroupPlanner(gp, [PlanInput("topic", Segments())], 1000)
+        planner._count = lambda end, n: None
+        parts = planner._partitions({}, {}, {})
+        return gp, [(p.part, p.branch, p.key_part, len(p.items)) for p in parts]
+
+    gp, parts = tasks(source_first=True)
+    assert gp.branch_tasks and len(gp.branches) == 4 and gp.cpu_slots == 2 and gp.nice > 0
+    assert parts == [(b * 2 + k, b, k, 2) for b in range(4) for k in range(2)]
+    gp, parts = tasks(branch_tasks=True)
+    assert gp.branch_tasks and gp.cpu_slots == 0 and gp.nice == 0
+    assert parts == [(b * 2 + k, b, k, 2) for b in range(4) for k in range(2)]
+    for kw in ({}, {"source_first": True, "branch_tasks": False}):
+        gp, parts = tasks(**kw)
+        assert not gp.branch_tasks
+        assert parts == [(k, None, k, 2) for k in range(2)]
+    gp, _ = tasks(source_first=True, background_nice=0)
+    assert gp.nice == 0 and gp.cpu_slots == 0
+
+
+def test_cpu_slot_lets_that_many_in_at_once(tmp_path):
+    """executor.cpu_slot: with 2 slots of one key, a third holder waits until one leaves;
+    another key's slots are its own; 0 slots: no limit."""
+    import threading
+    import time
+
+    from epic.spark.executor import cpu_slot
+
+    key = str(tmp_path)
+    inside, most, lock = [0], [0], threading.Lock()
+
+    def hold(k, n, secs):
+        with cpu_slot(k, n, poll=0.002):
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(secs)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=hold, args=(key, 2, 0.15)) for _ in range(5)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 2
+    assert time.monotonic() - t0 >= 0.4   # 5 holders, 2 at a time: 3 rounds of 0.15 s
+    most[0] = 0
+    threads = [threading.Thread(target=hold, args=(f"{key}/{i}", 1, 0.1)) for i in range(3)]
+    threads += [threading.Thread(target=hold, args=(key, 0, 0.1)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 6
 
 
 def test_a_niced_task_runs_on_its_own_thread_and_leaves_the_worker_as_it_was():
@@ -432,3 +515,82 @@ def test_merge_of_inlets_equals_run_also_after_kills(tmp_path, shared):
         assert _lines(tmp_path / "out" / n) == want[n], n
     spool = tmp_path / "wd" / "spool"
     assert not spool.exists() or not any(p.is_file() for p in spool.rglob("*"))
+
+
+SIBLINGS = textwrap.dedent('''
+    import os
+    import random
+
+    import epic
+
+    out = epic.param("out", "out")
+
+
+    def readings():
+        rnd = random.Random(11)
+        for i in range(3000):
+            # five keys, disorder within the lateness, ties in time
+            yield {"ts": i * 5 + rnd.randrange(0, 40), "k": rnd.randrange(5), "v": i % 13}
+
+
+    topology = epic.Topology("siblings")
+    s = topology.source("readings", epic.iterator_source(
+        readings, schema={"ts": "int64", "k": "int64", "v": "int64"}, time="ts", unit="ms",
+        batch_rows=250, lateness=0.05))
+    for name, spec in (("tumble", epic.tumbling(0.2)), ("slide", epic.sliding(0.5, 0.1)),
+                       ("counts", epic.tumbling_count(40))):
+        w = topology.window(name, s, spec, key="k", late="drop",
+                            aggregates=[epic.count("n"), epic.sum("v", name="total")])
+        topology.sink(f"{name}_out", w, epic.csv_sink(os.path.join(out, f"{name}.csv")))
+        if name == "counts":   # a second output of the branch, with the writer's options
+            topology.sink("counts_pq", w, epic.parquet_sink(os.path.join(out, "counts.parquet"),
+                                                            options={"compression": "zstd"}))
+    # a fourth branch written to a topic (an output that is no file)
+    w = topology.window("pairs", s, epic.tumbling(0.3), key="k", late="drop",
+                        aggregates=[epic.max("v", name="top")])
+    topology.sink("tops_out", w, epic.topic_sink(os.path.join(out, "tops")))
+''')
+
+
+@pytest.mark.parametrize("partitions", ["1", pytest.param("2", marks=pytest.mark.slow)])
+def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, partitions):
+    """Four keyed windows over one stream (siblings: one query) run a task per branch and key
+    partition (``--conf spark.epic.sourceFirst=true``): every file equals epic run's, also
+    when the deploy is SIGKILLed after a window task saved its snapshot (the other branches'
+    tasks of that micro-batch may or may not have run) and rerun. The query's status name shows
+    the four groups, and the trace shows a task per branch."""
+    topo = _topology_file(str(tmp_path), "siblings", SIBLINGS)
+    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
+    names = ["tumble.csv", "slide.csv", "counts.csv", "counts.parquet", "tops"]
+
+    def lines(d, n):
+        if n.endswith(".csv"):
+            return _lines(d / n)
+        if n.endswith(".parquet"):
+            import pyarrow.parquet as pq
+            f = pq.ParquetFile(d / n)
+            codecs = {f.metadata.row_group(g).column(c).compression
+                      for g in range(f.metadata.num_row_groups) for c in range(f.metadata.num_columns)}
+            return codecs, sorted(repr(sorted(r.items())) for r in f.read().to_pylist())
+        from epic.topics import Topic
+        rows = Topic.open(d / n).read_table().to_pylist()
+        return "", sorted(repr(sorted(r.items())) for r in rows)
+
+    want = {n: lines(tmp_path / "ref", n) for n in names}
+    assert want["counts.parquet"][0] == {"ZSTD"}
+    assert all(len(w[1]) > 10 for w in want.values()), {n: len(w[1]) for n, w in want.items()}
+    opts = ("--partitions", partitions, "--conf", "spark.epic.sourceFirst=true")
+    for crash in ("node-state:9",):
+        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, opts=opts)
+        assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
+    last = _deploy(topo, tmp_path / "wd", tmp_path / "out", opts=opts,
+                   trace=tmp_path / "trace.jsonl")
+    assert last.returncode == 0, last.stderr[-3000:]
+    status = json.loads((tmp_path / "wd" / "status.json").read_text())
+    sib = [q for q in status["nodes"] if q.endswith("~4")]
+    assert len(sib) == 1, list(status["nodes"])
+    spans = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    parts = {s_.get("part") for s_ in spans if s_["span"] == "task" and s_["query"] == sib[0]}
+    assert parts == set(range(4 * int(partitions))), parts
+    for n in names:
+        assert lines(tmp_path / "out", n) == want[n], n
