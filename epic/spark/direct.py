@@ -28,8 +28,8 @@ Partitions of a task list: a keyed stateful node gets ``partitions`` tasks per m
 reading every segment and keeping the rows whose key hashes to it
 (:func:`epic.spark.source_query.key_partition`); a global one one task; a stateless group up to
 ``partitions`` tasks over contiguous runs of segments. Siblings with stateful nodes (``--fuse``)
-get those tasks per branch (``GroupPlan.branch_tasks``). A splitstream writes one topic per output, so
-a consumer reads only its own rows.
+may get those tasks per branch (``GroupPlan.branch_tasks``). A splitstream writes one topic per
+output, so a consumer reads only its own rows.
 """
 
 from __future__ import annotations

@@ -285,10 +285,10 @@ def auto_partitions(topology: Topology, *, cores: int, fuse: bool) -> int:
     return max(1, int(cores) // max(1, keyed_queries(probe)))
 
 
-#: With a live source (docs/deploy.md, "Who runs first with a live source"), or with bounded ones and
-#: :data:`SOURCE_FIRST_CONF`, the tasks of the queries that read no source run at this nice
-#: value (``--conf spark.epic.backgroundNice=N``; 0: off): on a busy machine a row's path from
-#: the live source to the outputs of the query reading it then waits less for CPU taken by
+#: With a live source (docs/deploy.md, "Who runs first with a live source"), or with bounded
+#: ones and :data:`SOURCE_FIRST_CONF`, the tasks of the queries that read no source run at this
+#: nice value (``--conf spark.epic.backgroundNice=N``; 0: off): on a busy machine a row's path
+#: from the live source to the outputs of the query reading it then waits less for CPU taken by
 #: heavier downstream queries (the keyed windows of DEBS Q1 and Q3), which catch up when the CPU
 #: is idle (issue 16, point 6).
 BACKGROUND_NICE = 10

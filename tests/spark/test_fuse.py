@@ -569,8 +569,9 @@ def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, pa
         if n.endswith(".parquet"):
             import pyarrow.parquet as pq
             f = pq.ParquetFile(d / n)
-            codecs = {f.metadata.row_group(g).column(c).compression
-                      for g in range(f.metadata.num_row_groups) for c in range(f.metadata.num_columns)}
+            md = f.metadata
+            codecs = {md.row_group(g).column(c).compression
+                      for g in range(md.num_row_groups) for c in range(md.num_columns)}
             return codecs, sorted(repr(sorted(r.items())) for r in f.read().to_pylist())
         from epic.topics import Topic
         rows = Topic.open(d / n).read_table().to_pylist()
