@@ -102,6 +102,17 @@ _PARAMS: ContextVar[dict[str, str] | None] = ContextVar("epic_params", default=N
 _USED: ContextVar[set | None] = ContextVar("epic_used_params", default=None)
 
 
+def parse_bool(text: str) -> bool | None:
+    """``1/0``, ``true/false``, ``yes/no``, ``on/off`` (any case) as a bool; None for anything
+    else."""
+    low = str(text).strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    return None
+
+
 def param(name: str, default: Any = None, *, type: Callable[[str], Any] | None = None,  # noqa: A002
           help: str = "") -> Any:  # noqa: A002
     """A topology parameter: the value given on the command line, else ``default``.
@@ -125,12 +136,11 @@ def param(name: str, default: Any = None, *, type: Callable[[str], Any] | None =
     if conv is None or conv is str:
         return given
     if conv is bool:
-        low = given.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise TopologyError(f"parameter {name!r}: {given!r} is not a boolean; use true or false")
+        value = parse_bool(given)
+        if value is None:
+            raise TopologyError(f"parameter {name!r}: {given!r} is not a boolean; use true or "
+                                "false")
+        return value
     try:
         return conv(given)
     except (TypeError, ValueError) as exc:

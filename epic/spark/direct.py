@@ -182,7 +182,9 @@ class GroupPartition(InputPartition):
     ``key_part``: the hash partition a keyed node's task keeps (None: every row); ``end``: the
     micro-batch's end offset when the tasks cannot read the offset log (a remote work
     directory: the checkpoints are on the driver's disk), else None; ``branch``: the one
-    branch the task runs (``GroupPlan.branch_tasks``; None: all)."""
+    branch the task runs (``GroupPlan.branch_tasks``; None: all). ``out_part``: the partition
+    its state and output parts belong to: Spark's partition id, but with a task per branch the
+    key partition (0 for a global node)."""
 
     def __init__(self, index: int, items: tuple, key_part: int | None, end: dict | None = None,
                  branch: int | None = None):
@@ -192,6 +194,7 @@ class GroupPartition(InputPartition):
         self.key_part = key_part
         self.end = end
         self.branch = branch
+        self.out_part = index if branch is None else key_part or 0
 
 
 # -- executor side -------------------------------------------------------------------------------
@@ -357,9 +360,8 @@ def run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBa
     prepare_worker()
     # The task's snapshots and topic segments are fsynced together at its end (deferred_sync):
     # they count only once the micro-batch commits, so the syncs stay off the path from a row
-    # to the outputs written before them. State and output parts are per key partition.
-    with deferred_sync(), key_partition_of_task(part.part if part.branch is None
-                                                else part.key_part or 0):
+    # to the outputs written before them.
+    with deferred_sync(), key_partition_of_task(part.out_part):
         if part.end is not None:
             from epic.spark.offsets import task_offsets
 

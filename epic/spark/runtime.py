@@ -451,14 +451,14 @@ def _background_nice(spark) -> int | None:
 
 def _flag(value, name: str) -> bool | None:
     """A true/false ``--conf`` value (None: not set)."""
-    v = str(value or "").strip().lower()
-    if not v:
+    from epic.topology import parse_bool
+
+    if value is None or not str(value).strip():
         return None
-    if v in ("true", "1", "yes", "on"):
-        return True
-    if v in ("false", "0", "no", "off"):
-        return False
-    raise EpicError(f"--conf {name}={v!r}: expected true or false")
+    v = parse_bool(value)
+    if v is None:
+        raise EpicError(f"--conf {name}={value!r}: expected true or false")
+    return v
 
 
 def _local_jit(master: str | None, conf: dict) -> dict:
