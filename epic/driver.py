@@ -6,7 +6,9 @@ operator through one :class:`NodeDriver`, so the rules below exist once:
 * **Rows** go to ``on_batch`` (a merge's with the input index; a splitstream's ``split``); a
   node whose operator keeps the stream's clock (``stream_clock``, the window operators of
   :mod:`epic.timecore`) also gets each row's stream high-water mark when the runtime feeds it only
-  some keys (``before``) and the stream's high-water mark of rows it did not get (``observe``).
+  some keys (``before``), the stream's high-water mark of rows it did not get (``observe``) and,
+  for the time and count windows (``ranked``), each row's position in the stream (``positions``:
+  a key's rank is its first on-time row's position, whatever partition runs it).
 * **Watermarks** are kept per input; one that does not advance its input is ignored. The
   watermark the node **forwards** is a merge's frontier (``op.watermark``), else the minimum over
   its inputs, held back by the operator's ``output_watermark`` (a window's emission watermark, a
@@ -74,8 +76,11 @@ class NodeDriver:
                 f"{type(self.op).__name__}.{what}"
             raise NodeFailure(self.name, label, self.batch, exc) from exc
 
-    def rows(self, batch, input: int = 0, before=None):
+    def rows(self, batch, input: int = 0, before=None, positions=None):
         """Rows of input ``input``; returns the operator's output (per port for a split).
+
+        ``before`` / ``positions``: each row's stream high-water mark and position in the input
+        stream, when the runtime gives the operator only some keys' rows (``stream_clock``).
 
         After the node's first rows, a trial snapshot validates its state (with
         ``check_state``): a state no checkpoint could hold fails every runtime at the same
@@ -85,6 +90,8 @@ class NodeDriver:
             out = self._guard("split", op.split, batch)
         elif self.merge:
             out = self._guard("on_batch", op.on_batch, batch, input)
+        elif positions is not None and getattr(op, "ranked", False):
+            out = self._guard("on_batch", op.on_batch, batch, before, positions)
         elif before is not None and self.stream_clock:
             out = self._guard("on_batch", op.on_batch, batch, before)
         else:

@@ -303,6 +303,12 @@ def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and all(x.type == y.type for x, y in zip(a, b))
 
 
+def segment_batch(path: str) -> tuple[str, int, int] | None:
+    """``(producer, batch id, parts)`` of a segment file from its name (None: not a segment)."""
+    m = _NAME_RE.match(path.rsplit("/", 1)[-1])
+    return None if m is None else (m["producer"], int(m["batch"]), int(m["parts"]))
+
+
 def _segment_name(seq: int, producer: str, batch_id: int, part: int, parts: int, rows: int) -> str:
     return f"{seq:020d}.{producer}.b{batch_id}.p{part}of{parts}.r{rows}.arrow"
 

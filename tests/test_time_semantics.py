@@ -379,3 +379,67 @@ def test_sliding_float_sums_stay_within_a_few_ulps(steps):
         exact = float(sum(Fraction(x) for x in live))
         mag = sum(abs(x) for x in live)
         assert abs(r["sum_x"] - exact) <= 8 * np.finfo(float).eps * max(mag, 1e-300), (r, live)
+
+
+def _merged(outs: list[list[dict]], time: str) -> list[dict]:
+    """Rows of several partitions' calls merged by (time, rank): what the deploy's consumers do
+    with the parts of a batch (``direct.merge_parts``), stable in partition order."""
+    rows = [r for out in outs for r in out]
+    return sorted(rows, key=lambda r: (r[time], r["_rank"]))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=disordered(), params=FEW, lateness=st.sampled_from([0, 2, 10]),
+       parts=st.integers(2, 3), count_mode=st.booleans(), prefix=st.booleans())
+def test_partitions_merged_by_time_and_rank_give_one_operators_order(stream, params, lateness,
+                                                                     parts, count_mode, prefix):
+    """A keyed time or count window over partitions, each given its keys' rows with the
+    stream's high-water marks and positions, and told after each batch how far the stream got:
+    per batch, their rows merged by (time, rank) are one operator's rows *in its order*, ranks
+    included (a key's rank: the stream position of its first on-time row)."""
+    rows, cuts = stream
+    L, S, E = params
+    if count_mode:
+        spec, time = few_count(L, S, E, lateness=lateness), "ts"
+    else:
+        spec, time = few_time(L, S, E, origin=0, lateness=lateness), "window_end"
+    aggs = [A.count()] if prefix else [A.count(), A.last("v")]
+    one = build_window_operator(spec, aggs, SCHEMA, "ts", "s", "k")
+    ops = [build_window_operator(spec, aggs, SCHEMA, "ts", "s", "k") for _ in range(parts)]
+    for o in [one, *ops]:
+        o.rank_column = True
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(rows))), len(rows)]
+    for a, b in zip(bounds, bounds[1:]):
+        chunk = rows[a:b]
+        if not chunk:
+            continue
+        want = [r for x in one.on_batch(_batch(chunk)) for r in x.to_pylist()]
+        times = np.array([r[1] for r in chunk], np.int64)
+        before = stream_before(times)
+        outs = []
+        for p, o in enumerate(ops):
+            idx = [i for i, r in enumerate(chunk) if r[0] % parts == p]
+            got = []
+            if idx:
+                got += o.on_batch(_batch([chunk[i] for i in idx]), before[idx],
+                                  np.array(idx, np.int64) + a)
+            got += o.observe(int(times.max()))
+            outs.append([r for x in got for r in x.to_pylist()])
+        assert _merged(outs, time) == want
+    want = [r for x in one.on_end() for r in x.to_pylist()]
+    assert _merged([[r for x in o.on_end() for r in x.to_pylist()] for o in ops], time) == want
+
+
+def test_count_window_ranks_keys_by_first_on_time_row():
+    """Count windows hold rows until the watermark passes them; ties between keys closing a
+    window at the same event time are ordered by the key's first on-time row in the stream,
+    not by which key's rows the watermark released first."""
+    op = build_window_operator(tumbling_count(1, lateness=5), [A.count()], SCHEMA, "ts", "s",
+                               "k")
+    op.rank_column = True
+    out = op.on_batch(_batch([(1, 10, 0), (2, 8, 0), (2, 10, 0), (1, 8, 0)]))
+    out += op.on_end()
+    rows = [r for x in out for r in x.to_pylist()]
+    # key 1 arrived first (position 0), key 2 second (position 1): at ts 8 and at ts 10 alike
+    assert [(r["ts"], r["k"], r["_rank"]) for r in rows] == [(8, 1, 0), (8, 2, 1), (10, 1, 0),
+                                                            (10, 2, 1)]

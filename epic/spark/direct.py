@@ -47,7 +47,7 @@ from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 from epic.atomic import atomic_json, atomic_path
 from epic.spark.executor import (WORKER_KEEPS, cpu_slot, key_partition_of_task,
                                  prepare_worker, release_memory)
-from epic.spark.tags import HWM, IN, POS
+from epic.spark.tags import HWM, IN, POS, RANK, STEP, WM, runs
 from epic.spark.trace import adopt, span
 from epic.storage import deferred_sync
 
@@ -151,6 +151,9 @@ class GroupPlan:
             another in one task (:data:`epic.spark.planner.BRANCH_TASKS_CONF`).
         cpu_slots: with ``nice``, at most this many tasks of such queries of the deploy work at
             once on a machine (:func:`epic.spark.executor.cpu_slot`; 0: no limit).
+        ranks: input index -> the stream's time column, for an input topic written by a keyed
+            time or count window over several partitions (rows with ``_rank``): the parts of
+            each of its batches are read merged (:func:`merge_parts`).
     """
 
     name: str
@@ -169,6 +172,7 @@ class GroupPlan:
     nice: int = 0
     branch_tasks: bool = False
     cpu_slots: int = 0
+    ranks: dict = field(default_factory=dict)
 
     @property
     def outputs(self) -> list:
@@ -211,7 +215,8 @@ def _read_items(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordBatc
         b = a
         while b < len(items) and items[b][0] == i:
             b += 1
-        it = _read_files(plan, items[a:b])
+        it = (_read_files(plan, items[a:b]) if i not in plan.ranks
+              else merge_parts(plan, items[a:b], plan.ranks[i]))
         for spec in plan.inlet_pre.get(i, ()):
             it = run_stateless(spec, it)
         for batch in it:
@@ -259,6 +264,46 @@ def _read_files(plan: GroupPlan, items) -> Iterator[pa.RecordBatch]:
             check_segment_rows(topic, path, rows)
 
 
+def _part_batch(item) -> tuple | None:
+    """``(producer, batch id)`` of a topic segment that is one of several parts of its batch."""
+    from epic.topics import segment_batch
+
+    if item[2] != "topic":
+        return None
+    b = segment_batch(item[1])
+    return None if b is None or b[2] < 2 else b[:2]
+
+
+def merge_parts(plan: GroupPlan, items, time: str) -> Iterator[pa.RecordBatch]:
+    """The rows of ``items`` (one input's files, in order), the parts of each batch of a keyed
+    time or count window merged into the order ``epic run`` emits its rows.
+
+    Each partition's task writes its keys' rows of a micro-batch as one part, in the order of
+    their ``_step`` (the source step whose processing emitted them), then time, then the key's
+    rank (``_rank``: the position of the key's first on-time row in the window's input stream,
+    the same in every partition). ``epic run`` emits the same rows in that order over all keys,
+    so a stable sort of the parts' rows by ``(_step, time, _rank)`` restores it: downstream
+    nodes see the stream ``epic run`` gives them (late rows, count windows, ties)."""
+    a = 0
+    while a < len(items):
+        grp = _part_batch(items[a])
+        b = a + 1
+        while grp is not None and b < len(items) and _part_batch(items[b]) == grp:
+            b += 1
+        if b - a == 1:
+            yield from _read_files(plan, items[a:b])
+        else:
+            batches = list(_read_files(plan, items[a:b]))
+            if batches:
+                t = pa.Table.from_batches(batches)
+                order = np.lexsort((t.column(RANK).to_numpy(), t.column(time).to_numpy(),
+                                    t.column(STEP).to_numpy()))
+                if not np.array_equal(order, np.arange(len(order))):
+                    t = t.take(pa.array(order))
+                yield from t.combine_chunks().to_batches()
+        a = b
+
+
 def _positioned(it, key: tuple | None, parts: int, key_part: int | None,
                 time: str | None = None, high: dict | None = None):
     """Rows with a ``_pos`` column (their order in the task: every task of a micro-batch reads
@@ -268,17 +313,27 @@ def _positioned(it, key: tuple | None, parts: int, key_part: int | None,
     ``time``: the stream's event-time column, for a keyed node whose operator keeps the stream's
     clock (:mod:`epic.timecore`): each kept row gets ``_hwm``, the largest time among *all* rows
     read before it, and ``high["max"]`` the largest time of all rows read. So every partition
-    decides late rows and watermarks from the whole stream, as ``epic run`` does."""
+    decides late rows and watermarks from the whole stream, as ``epic run`` does.
+
+    With ``high``, also ``high["rows"]``, the rows read, and ``high["runs"]``, the stream's runs
+    of equal ``(_step, _wm)`` in read order: ``[step tag, watermark, end position, largest time
+    up to its end]``. Over several partitions a task replays every run, with or without rows of
+    its keys (``tasks.run_stateful``), so its clock and emissions follow the stream step by
+    step, as ``epic run``'s do."""
     from epic.spark.source_query import key_partition
     from epic.timecore import stream_before
 
     n = 0
     run_max = None
+    spans = high.setdefault("runs", []) if high is not None else None
     for b in it:
         if not b.num_rows:
             continue
         pos = np.arange(n, n + b.num_rows, dtype=np.int64)
+        start = n
         n += b.num_rows
+        if high is not None:
+            high["rows"] = n
         b = b.append_column(POS, pa.array(pos))
         if key is not None:
             if time is not None:
@@ -289,6 +344,15 @@ def _positioned(it, key: tuple | None, parts: int, key_part: int | None,
                 bmax = int(times.max())
                 run_max = bmax if run_max is None else max(run_max, bmax)
                 high["max"] = run_max
+                if spans is not None and STEP in b.schema.names:
+                    steps = b.column(STEP).to_numpy()
+                    wms = b.column(WM).to_numpy()
+                    for x, y in runs(steps, wms):
+                        top = max(int(before[y - 1]), int(times[x:y].max()))
+                        if spans and spans[-1][0] == steps[x] and spans[-1][1] == wms[x]:
+                            spans[-1][2:] = [start + y, max(spans[-1][3], top)]
+                        else:
+                            spans.append([int(steps[x]), int(wms[x]), start + y, top])
                 b = b.append_column(HWM, pa.array(before))
             keep = np.flatnonzero(key_partition(b, key, parts) == key_part)
             if len(keep) == 0:
@@ -394,11 +458,11 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
         if br.st is not None:
             time = _clock_time(br.st.node)
             if br.pre or not shared:
-                high = {"max": None}
+                high = {"max": None, "split": plan.partitions > 1}
                 it = _positioned(it, plan.key, plan.partitions, part.key_part, time, high)
             else:
                 if keyed is None:
-                    high = {"max": None}
+                    high = {"max": None, "split": plan.partitions > 1}
                     keyed = list(_positioned(it, plan.key, plan.partitions, part.key_part,
                                              time, high))
                 it = iter(keyed)
@@ -568,10 +632,13 @@ class GroupPlanner:
         n = min(max(1, plan.partitions), len(items))
         per = max(1, -(-sum(rows) // n))
         out, cur, acc = [], [], 0
-        for it, r in zip(items, rows):
+        for k, (it, r) in enumerate(zip(items, rows)):
             cur.append(it)
             acc += r
-            if acc >= per and len(out) < n - 1:
+            # never between the parts of a batch that are read merged (merge_parts)
+            whole = (it[0] not in plan.ranks or k + 1 == len(items)
+                     or _part_batch(it) is None or _part_batch(items[k + 1]) != _part_batch(it))
+            if acc >= per and len(out) < n - 1 and whole:
                 out.append(GroupPartition(len(out), tuple(cur), None, e))
                 cur, acc = [], 0
         if cur:

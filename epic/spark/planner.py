@@ -95,6 +95,32 @@ def plan_modes(topology: Topology) -> dict[str, str]:
     return out
 
 
+def ranked_window(n) -> bool:
+    """``n`` is a keyed time or count window: its operator ranks keys by their first on-time
+    row in the input stream (``ranked``), so over several partitions its output rows carry
+    ``_rank`` and consumers merge the partitions' rows into ``epic run``'s order (by time,
+    then rank; docs/deploy.md, "Event time across partitions")."""
+    from epic.windows import CountByStartWindow, PredicateWindow, SnapshotWindow
+
+    return (isinstance(n, WindowNode) and bool(n.key)
+            and not isinstance(n.spec, (PredicateWindow, SnapshotWindow, CountByStartWindow)))
+
+
+def split_ranked(groups: list[list]) -> list[list]:
+    """Over several partitions, a group that runs nodes after a keyed time or count window
+    and does not end in a sink ends at the window instead: its output topic then carries the
+    window's rows with their ranks, merged into ``epic run``'s order by the next query, which
+    runs the nodes after it (those nodes would lose the ranks)."""
+    out = []
+    for g in groups:
+        cut = next((i for i, n in enumerate(g) if ranked_window(n)), None)
+        if cut is None or cut == len(g) - 1 or isinstance(g[-1], SinkNode):
+            out.append(g)
+        else:
+            out += [g[:cut + 1], g[cut + 1:]]
+    return out
+
+
 def _consumers(topology: Topology) -> dict[str, list[str]]:
     """Node name -> the names of the nodes reading any of its outputs, in topological order."""
     out: dict[str, list[str]] = {}
@@ -383,6 +409,8 @@ class DeployPlan:
         self.cpu_slots = max(0, int(cpu_slots)) if self.source_first else 0
         self.sinks = [n for n in self.order if isinstance(n, SinkNode)]
         self.groups = plan_groups(topology, fuse)
+        if self.partitions > 1:
+            self.groups = split_ranked(self.groups)
         #: Groups run inside another group's query (head name -> (parent, stream)), and the
         #: streams that stay inside a query because of them (``plan_attached``).
         self.attached, self.inner_streams = (plan_attached(topology, self.groups) if fuse
@@ -464,6 +492,11 @@ class DeployPlan:
         more = [(members[a], members[a + 1:b]) for a, b in zip(idx[1:], ends[1:])]
         return sink, members, members[:k], members[k], members[k + 1:ends[0]], more
 
+    def ranked(self, n) -> bool:
+        """``n``'s output topic carries ``_rank`` (:func:`ranked_window`, over several
+        partitions; not when its output stays inside its query)."""
+        return self.partitions > 1 and ranked_window(n) and n.name not in self.internal
+
     # -- topics ----------------------------------------------------------------------------
     def create_topics(self) -> None:
         """Create every topic (idempotent: a restart finds them) and, with retention, register
@@ -471,7 +504,8 @@ class DeployPlan:
         segment a query that has not started yet still has to read)."""
         for n in self.order:
             for s in self.topic_streams(n):
-                self._create(n, self.stream_topic(s), topic_schema(s.schema), s.time, s.unit)
+                self._create(n, self.stream_topic(s),
+                             topic_schema(s.schema, rank=self.ranked(n)), s.time, s.unit)
         for n in self.sinks:
             if self._topic_sink(n):
                 out = n.sink.output_schema(n.input.schema)
@@ -532,12 +566,15 @@ class DeployPlan:
                 node, source_index=self.sources.index(node), n_sources=len(self.sources),
                 workdir=self.workdir, prefetch=True, shared=len(head.inputs) > 1))
 
+        ranks = {}
         if isinstance(head, SourceNode):
             inputs = [source_input(head)]
             ids = [f"source:{head.name}"]
         else:
             inputs, ids = [], []
             for i, s_ in enumerate(head.inputs):
+                if self.ranked(self.t.node(s_.node)):
+                    ranks[i] = s_.time
                 if i in inlets:
                     inputs.append(source_input(inlets[i][0]))
                     ids.append(f"source:{inlets[i][0].name}")
@@ -575,7 +612,8 @@ class DeployPlan:
             nice=self.background_nice if (self.live or self.source_first) and not reads_source
             else 0,
             branch_tasks=self.branch_tasks and st is not None and len(branches) > 1,
-            cpu_slots=0 if reads_source or not self.background_nice else self.cpu_slots)
+            cpu_slots=0 if reads_source or not self.background_nice else self.cpu_slots,
+            ranks=ranks)
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
                          make_planner=functools.partial(GroupPlanner, plan, inputs, rows),
                          committer=Committer(plan.outputs, plan.name, plan.trace),
@@ -590,7 +628,8 @@ class DeployPlan:
         split = isinstance(n, SplitNode)
         return TaskSpec(inner=inner, node=n, mode=self.modes[n.name],
                         in_schemas=[x.schema for x in n.inputs],
-                        out_schema=topic_schema((n.outputs[0] if split else n.output).schema),
+                        out_schema=topic_schema((n.outputs[0] if split else n.output).schema,
+                                                rank=self.ranked(n)),
                         input_topics=ids, checkpoint=ckpt, state_dir=self.state_dir(n),
                         workdir=self.workdir,
                         port_schemas=([topic_schema(x.schema) for x in n.outputs]

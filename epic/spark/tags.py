@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from epic.windows.engine import RANK_COLUMN
+
 STEP = "_step"
 WM = "_wm"
 POS = "_pos"
@@ -35,7 +37,12 @@ PORT = "_port"
 #: a keyed node's rows in a Spark task: the largest event time among the rows of the *stream*
 #: before each row (all partitions' rows; the task reads them all), see epic.timecore
 HWM = "_hwm"
-INTERNAL = (STEP, WM, POS, IN, PORT, HWM)
+#: on the rows of a time or count window keyed over several partitions: the key's rank (the
+#: position of its first on-time row in the window's input stream). A consumer merges the
+#: partitions' segments of a batch by ``(_step, time, _rank)``: ``epic run``'s order
+#: (:func:`epic.spark.direct.merge_parts`)
+RANK = RANK_COLUMN
+INTERNAL = (STEP, WM, POS, IN, PORT, HWM, RANK)
 
 NO_WM = -(2**63)
 PHASE_PRE, PHASE_ROWS, PHASE_MARK, PHASE_END = 0, 1, 2, 3
@@ -51,11 +58,14 @@ def step_of(tag_value: int) -> int:
     return int(tag_value) >> 2
 
 
-def topic_schema(user: pa.Schema, *, port: bool = False) -> pa.Schema:
-    """A deploy topic's schema: the stream's columns, then the bookkeeping columns."""
+def topic_schema(user: pa.Schema, *, port: bool = False, rank: bool = False) -> pa.Schema:
+    """A deploy topic's schema: the stream's columns, then the bookkeeping columns (``rank``:
+    :data:`RANK` too)."""
     fields = list(user) + [pa.field(STEP, pa.int64()), pa.field(WM, pa.int64())]
     if port:
         fields.append(pa.field(PORT, pa.int32()))
+    if rank:
+        fields.append(pa.field(RANK, pa.int64()))
     return pa.schema(fields)
 
 
@@ -68,6 +78,9 @@ def with_tags(batch: pa.RecordBatch, schema: pa.Schema, step_tag: int, wm: int |
     cols.append(pa.array(np.full(n, NO_WM if wm is None else wm, dtype=np.int64)))
     if port is not None:
         cols.append(pa.array(np.full(n, port, dtype=np.int32)))
+    if schema.names[-1] == RANK:
+        cols.append(batch.column(RANK) if RANK in batch.schema.names
+                    else pa.array(np.zeros(n, dtype=np.int64)))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 

@@ -39,7 +39,7 @@ from epic.schemas import one_array
 from epic.spark.executor import prepare_worker, task_ids
 from epic.spark.trace import span
 from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, PHASE_ROWS, POS,
-                             STEP, WM, runs, step_of, tag, with_tags)
+                             RANK, STEP, WM, runs, step_of, tag, with_tags)
 from epic.topics import resolve_filesystem
 
 __all__ = ["TaskSpec", "StateStore", "run_stateless", "run_stateful", "node_marker",
@@ -392,8 +392,14 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         ends_at = [None] * n_in  # per input: the step of its end of stream, once seen
         last_tag = None          # the largest _step tag this node has emitted
     out: list[pa.RecordBatch] = []
+    # the rows of the node's input stream before this micro-batch (all partitions): a row's
+    # position in the stream, from which a time or count window ranks its keys
+    base = 0 if snap is None else int(st.get("stream_rows", 0))
+    ranked = high is not None and getattr(d.op, "ranked", False)
+    if ranked:
+        d.op.rank_column = RANK in spec.out_schema.names
 
-    def call(fn, step_tag, *args):
+    def call(fn, step_tag, *args, wm=None):
         nonlocal fwd, last_tag
         # Output tags never decrease in emission order: consumers sort by tag, so a smaller tag
         # would move rows ahead of rows this node emitted earlier. (An input run of one step can
@@ -402,7 +408,7 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         if last_tag is not None and step_tag < last_tag:
             step_tag = last_tag
         last_tag = step_tag
-        before = fwd
+        before = fwd if wm is None else wm
         outs = fn(*args)  # the driver names the node, the function and the batch on failure
         if outs:
             out.extend(_emit(spec, outs, step_tag, before))
@@ -413,7 +419,38 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             return
         call(d.watermark, step_tag, int(w), i)
 
-    if table is not None and not d.ended:
+    spans = high.get("runs") if high is not None and high.get("split") and n_in == 1 else None
+    if spans and not d.ended:
+        # Over several partitions: replay every run of the *stream* (with or without rows of
+        # this partition's keys), and after its rows tell the node how far the stream's time
+        # got. So the node's clock, emissions and their tags follow the stream run by run, as
+        # in epic run (or one partition), and each run's output rows carry the watermark
+        # forwarded before the run in every partition: consumers merge the partitions' parts
+        # by (_step, time, _rank) into epic run's order (direct.merge_parts).
+        if table is not None:
+            pos = table.column(POS).to_numpy()
+            if np.any(pos[1:] < pos[:-1]):
+                order = np.argsort(pos, kind="stable")
+                table, pos = table.take(pa.array(order)), pos[order]
+            hwm = table.column(HWM).to_numpy()
+        else:
+            pos = np.empty(0, np.int64)
+        k = 0
+        for step_tag, wm, end, top in spans:
+            s = step_of(step_tag)
+            last_step = s if last_step is None else max(last_step, s)
+            watermark(0, wm, tag(s, PHASE_PRE))
+            start = fwd
+            j = int(np.searchsorted(pos, end))
+            if j > k:
+                rows = _user_batch(table.slice(k, j - k), spec.in_schemas[0])
+                call(d.rows, tag(s, PHASE_ROWS), rows, 0, hwm[k:j], base + pos[k:j], wm=start)
+            call(d.observe, tag(s, PHASE_ROWS), top, wm=start)
+            k = j
+            if stream and out:
+                yield from out
+                out.clear()
+    elif table is not None and not d.ended:
         steps = table.column(STEP).to_numpy()
         ins = table.column(IN).to_numpy() if IN in table.column_names else \
             np.zeros(table.num_rows, dtype=np.int64)
@@ -421,7 +458,7 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         order = np.lexsort((pos, ins, steps))
         if not np.array_equal(order, np.arange(len(order))):
             table = table.take(pa.array(order))
-            steps, ins = steps[order], ins[order]
+            steps, ins, pos = steps[order], ins[order], pos[order]
         wms = table.column(WM).to_numpy()
         hwm = (table.column(HWM).to_numpy() if high is not None and HWM in table.column_names
                else None)
@@ -431,7 +468,8 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             last_step = s if last_step is None else max(last_step, s)
             watermark(i, int(wms[a]), tag(s, PHASE_PRE))
             rows = _user_batch(table.slice(a, b - a), spec.in_schemas[i])
-            call(d.rows, tag(s, PHASE_ROWS), rows, i, None if hwm is None else hwm[a:b])
+            call(d.rows, tag(s, PHASE_ROWS), rows, i, None if hwm is None else hwm[a:b],
+                 base + pos[a:b] if ranked else None)
             if stream and out:
                 yield from out
                 out.clear()
@@ -477,7 +515,8 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     with span("state_save", node.name, "task"):
         st = {"op": snapshot_state(d.op, node.name), **d.state(),
               "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
-              "last_tag": last_tag}
+              "last_tag": last_tag,
+              "stream_rows": base + (high.get("rows", 0) if high is not None else 0)}
         summary = _summary(st)
         st["op"] = serde.Blob(st["op"])   # a raw segment of the file: not copied twice
         store.save(batch_id, serde.pack_large(st, join=False), summary=summary)

@@ -217,6 +217,14 @@ class TwoStacks:
         return ts
 
 
+#: the stream position of each on-time row inside a ``ranked`` window operator
+POS_COLUMN = "__epic_stream_pos"
+#: a key's rank on a ``ranked`` operator's output rows (``rank_column``): the position in the
+#: node's input stream of the key's first on-time row; output rows of one emission are ordered
+#: by time, then rank, in every runtime
+RANK_COLUMN = "_rank"
+
+
 class Clocked:
     """What every window operator shares: the node's :class:`~epic.timecore.EventClock` and, for
     the kinds that take elements in event-time order (count and predicate windows), the on-time
@@ -228,16 +236,38 @@ class Clocked:
 
     #: the operator takes ``before`` (each row's stream high-water mark) and ``observe``
     stream_clock = True
+    #: the operator orders keys by their first on-time row's position in the input stream
+    #: (``positions``; :data:`POS_COLUMN` on admitted rows) and can stamp output rows with it
+    #: (:data:`RANK_COLUMN`, ``rank_column``): the time and count windows
+    ranked = False
+    #: add :data:`RANK_COLUMN` to output rows (a Spark task of a keyed node over several
+    #: partitions: its consumers merge the partitions' rows in the order ``epic run`` emits)
+    rank_column = False
+    #: rows of the input stream so far, counted when the runtime gives no positions (epic run)
+    _stream_rows = 0
 
-    def admit(self, batch: pa.RecordBatch, before: np.ndarray | None = None):
-        """Split ``batch`` into on-time rows and late rows (either may be None)."""
-        if batch.num_rows == 0:
+    def admit(self, batch: pa.RecordBatch, before: np.ndarray | None = None,
+              positions: np.ndarray | None = None):
+        """Split ``batch`` into on-time rows and late rows (either may be None).
+
+        ``positions``: each row's position in the node's input stream, when the runtime gives
+        this operator only some keys' rows (a Spark partition); else counted here. A ``ranked``
+        operator gets them as :data:`POS_COLUMN` on the on-time rows."""
+        n = batch.num_rows
+        if n == 0:
             return None, None
+        if self.ranked and positions is None:
+            positions = np.arange(self._stream_rows, self._stream_rows + n, dtype=np.int64)
+            self._stream_rows += n
         keep = self.clock.admit(int_column(batch, self.time), before)
-        if keep is None:
-            return batch, None
-        late = batch.filter(pa.array(~keep))
-        batch = batch.filter(pa.array(keep))
+        late = None
+        if keep is not None:
+            late = batch.filter(pa.array(~keep))
+            batch = batch.filter(pa.array(keep))
+            if self.ranked:
+                positions = np.asarray(positions)[keep]
+        if self.ranked and batch.num_rows:
+            batch = batch.append_column(POS_COLUMN, pa.array(positions, pa.int64()))
         return (batch if batch.num_rows else None), late
 
     def observe(self, high: int | None) -> list[pa.RecordBatch]:
@@ -391,6 +421,8 @@ class WindowOperator(Clocked):
         self.output_schema = (window_output_schema(spec, self.aggs, schema, key) if expire is None
                               else expire_output_schema(self.aggs[expire], schema, key))
         self._key_state: dict[Any, _Key] = {}
+        #: count windows: new keys' first on-time row positions, until their state is made
+        self._first_pos: dict[Any, int] = {}
         #: the node's time: high-water mark, pushed watermarks, late-row decisions and counts
         self.clock = EventClock(self.lateness)
         #: count windows: on-time rows not yet passed by the watermark (an Arrow table)
@@ -398,13 +430,17 @@ class WindowOperator(Clocked):
         self._wm: int | None = None  # the watermark the windows were last advanced to
 
     # -- public protocol -----------------------------------------------------------------
-    def on_batch(self, batch: pa.RecordBatch, before: np.ndarray | None = None
-                 ) -> list[pa.RecordBatch]:
+    ranked = True
+
+    def on_batch(self, batch: pa.RecordBatch, before: np.ndarray | None = None,
+                 positions: np.ndarray | None = None) -> list[pa.RecordBatch]:
         """Rows of the input stream. ``before``: each row's stream high-water mark before it,
-        when the runtime gives this operator only some keys' rows (a Spark partition)."""
-        batch, _late = self.admit(batch, before)
+        and ``positions`` each row's position in the stream, when the runtime gives this
+        operator only some keys' rows (a Spark partition)."""
+        batch, _late = self.admit(batch, before, positions)
         if batch is not None:
             if self.count_mode:
+                self._note_first(batch)
                 self._hold(batch)
             else:
                 self._ingest(batch, int_column(batch, self.time))
@@ -417,13 +453,29 @@ class WindowOperator(Clocked):
         if self.has_entry:
             columns.append(batch.column(ENTRY_COLUMN).to_numpy(zero_copy_only=False)
                            .astype(np.int64))
+        pos = batch.column(POS_COLUMN).to_numpy() if POS_COLUMN in batch.schema.names else None
         for key_value, idx in group_rows(batch, self.keys):
             ks = self._key_state.get(key_value)
             cols = columns if idx is None else [c[idx] for c in columns]
             if ks is None:
-                ks = self._new_key(self._origin_for(cols[len(self.value_columns)]))
+                order = self._first_pos.pop(key_value, None)
+                if order is None:   # a time window: the key's first on-time row is here
+                    order = (len(self._key_state) if pos is None
+                             else int(pos[0] if idx is None else pos[idx].min()))
+                ks = self._new_key(self._origin_for(cols[len(self.value_columns)]), order)
                 self._key_state[key_value] = ks
             self._append(ks, cols)
+
+    def _note_first(self, batch: pa.RecordBatch) -> None:
+        """Count windows hold rows until the watermark passes them: remember the stream
+        position of each new key's first on-time row (its rank) until its state is made."""
+        if not self.keys:
+            return
+        pos = batch.column(POS_COLUMN).to_numpy()
+        first = self._first_pos
+        for key_value, idx in group_rows(batch, self.keys):
+            if key_value not in self._key_state and key_value not in first:
+                first[key_value] = int(pos[0] if idx is None else pos[idx].min())
 
     def _origin_for(self, times: np.ndarray) -> int:
         """The grid phase of a new key: the pinned origin, else the key's first element (in
@@ -434,7 +486,7 @@ class WindowOperator(Clocked):
             return int(self.fixed_origin)
         return int(times[0])
 
-    def _new_key(self, origin: int) -> _Key:
+    def _new_key(self, origin: int, order: int) -> _Key:
         return _Key(
             origin=origin, done=NOT_STARTED, first=origin, buf=_Buffer(), hi=0, lo=0,
             states=[a.aggregate.init() if m != "pane" else None
@@ -442,7 +494,7 @@ class WindowOperator(Clocked):
             panes=[TwoStacks(a.aggregate) if m == "pane" else None
                    for a, m in zip(self.aggs, self.modes)],
             seg_starts=deque(), seg_counts=deque(), in_window=0, entry=0, last_time=0, seen=0,
-            key_order=len(self._key_state),
+            key_order=order,
         )
 
     def _append(self, ks: _Key, cols: list):
@@ -499,6 +551,12 @@ class WindowOperator(Clocked):
         if chunk:
             out.append(self._rows_to_batch(chunk))
         return out
+
+    def _rows_to_batch(self, rows: list) -> pa.RecordBatch:
+        b = self._rows_batch(rows)
+        if self.rank_column:
+            b = b.append_column(RANK_COLUMN, pa.array([r[0] for r in rows], pa.int64()))
+        return b
 
     def _advance(self, key_value, ks: _Key, wm: int | None, final: bool):
         """Generator of the key's result rows up to ``wm``, in instant order."""
@@ -649,7 +707,7 @@ class WindowOperator(Clocked):
         return (ks.key_order, key_value, t, s, is_final, results,
                 ks.last_time, ks.entry)
 
-    def _rows_to_batch(self, rows: list) -> pa.RecordBatch:
+    def _rows_batch(self, rows: list) -> pa.RecordBatch:
         schema = self.output_schema
         nkeys = len(self.keys)
         arrays = key_arrays([r[1] for r in rows], schema, nkeys) if nkeys else []
@@ -686,6 +744,9 @@ class WindowOperator(Clocked):
         return serde.pack_state("epic.window/3", {
             "clock": self.clock.to_state(), "wm": self._wm,
             "held": None if self._held is None else table_bytes(self._held), "keys": keys,
+            "rows": self._stream_rows,
+            "first_pos": [[list(k) if isinstance(k, tuple) else k, v]
+                          for k, v in self._first_pos.items()],
         })
 
     def restore(self, data: bytes) -> None:
@@ -693,6 +754,9 @@ class WindowOperator(Clocked):
         self.clock = EventClock.from_state(st["clock"])
         self._wm = st["wm"]
         self._held = None if st["held"] is None else table_from_bytes(st["held"])
+        self._stream_rows = int(st.get("rows", 0))
+        tup = len(self.keys) > 1
+        self._first_pos = {(tuple(k) if tup else k): int(v) for k, v in st.get("first_pos", [])}
         self._key_state = {}
         for k in st["keys"]:
             key_value = tuple(k["key"]) if len(self.keys) > 1 else k["key"]

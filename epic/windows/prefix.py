@@ -34,8 +34,8 @@ from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..schemas import one_array
 from ..timecore import EventClock
-from .engine import (MAX_BATCH_ROWS, NOT_STARTED, Clocked, agg_values, group_rows, int_column,
-                     value_column)
+from .engine import (MAX_BATCH_ROWS, NOT_STARTED, POS_COLUMN, RANK_COLUMN, Clocked, agg_values,
+                     group_rows, int_column, value_column)
 from .spec import FewTimeWindow, ceil_div, check_columns, key_tuple, window_output_schema
 
 __all__ = ["PrefixWindowOperator", "prefix_eligible"]
@@ -165,9 +165,11 @@ class PrefixWindowOperator(Clocked):
         self._wm: int | None = None
 
     # -- public protocol -----------------------------------------------------------------
-    def on_batch(self, batch: pa.RecordBatch, before: np.ndarray | None = None
-                 ) -> list[pa.RecordBatch]:
-        batch, _late = self.admit(batch, before)
+    ranked = True
+
+    def on_batch(self, batch: pa.RecordBatch, before: np.ndarray | None = None,
+                 positions: np.ndarray | None = None) -> list[pa.RecordBatch]:
+        batch, _late = self.admit(batch, before, positions)
         if batch is not None:
             self._ingest(batch, int_column(batch, self.time))
         return self._advance_to(self.clock.watermark, final=False)
@@ -178,13 +180,14 @@ class PrefixWindowOperator(Clocked):
         lift = self._lift(batch, times)
         ent = (batch.column(ENTRY_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)
                if self.has_entry else None)
+        pos = batch.column(POS_COLUMN).to_numpy()
         for key_value, idx in group_rows(batch, self.keys):
             t = times if idx is None else times[idx]
             ks = self._key_state.get(key_value)
             if ks is None:
                 # the grid phase: the pinned origin, else the key's first element (arrival order)
                 origin = int(self.fixed_origin) if self.fixed_origin is not None else int(t[0])
-                ks = self._new_key(origin)
+                ks = self._new_key(origin, int(pos[0] if idx is None else pos[idx].min()))
                 self._key_state[key_value] = ks
             first = self.grid.first_window(ks.origin, int(t.min()))
             if first < ks.first:
@@ -221,13 +224,13 @@ class PrefixWindowOperator(Clocked):
             raise SpecError(f"lift widths changed between batches: {self._widths} -> {widths}")
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
-    def _new_key(self, origin: int) -> _PKey:
+    def _new_key(self, origin: int, order: int) -> _PKey:
         k = sum(self._widths)
         return _PKey(origin=origin, done=NOT_STARTED, first=origin, times=np.empty(0, np.int64),
                      cum=np.empty((0, k), np.int64),
                      ent=np.empty(0, np.int64),
                      head=0, n=0, base=np.zeros(k, np.int64), base_ent=0, dropped=0,
-                     key_order=len(self._key_state), with_ent=self.has_entry)
+                     key_order=order, with_ent=self.has_entry)
 
     # -- emission ------------------------------------------------------------------------
     def _starts(self, t: np.ndarray, o: int, lo: int) -> np.ndarray:
@@ -402,6 +405,8 @@ class PrefixWindowOperator(Clocked):
         if self.has_entry:
             arrays.append(pa.array(np.concatenate([p[2][5] for p in pieces])[order], pa.int64()))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        if self.rank_column:
+            batch = batch.append_column(RANK_COLUMN, pa.array(order_key[order], pa.int64()))
         return [batch.slice(i, MAX_BATCH_ROWS) for i in range(0, batch.num_rows, MAX_BATCH_ROWS)]
 
     # -- snapshot --------------------------------------------------------------------------
@@ -418,13 +423,14 @@ class PrefixWindowOperator(Clocked):
                 "order": ks.key_order})
         return serde.pack_state("epic.window.prefix/3", {
             "clock": self.clock.to_state(), "wm": self._wm, "widths": self._widths,
-            "keys": keys})
+            "keys": keys, "rows": self._stream_rows})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpack_state(data, "epic.window.prefix/3")
         self.clock = EventClock.from_state(st["clock"])
         self._wm = st["wm"]
         self._widths = st["widths"]
+        self._stream_rows = int(st.get("rows", 0))
         self._key_state = {}
         for k in st["keys"]:
             key_value = tuple(k["key"]) if len(self.keys) > 1 else k["key"]

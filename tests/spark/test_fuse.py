@@ -595,3 +595,61 @@ def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, pa
     assert parts == set(range(4 * int(partitions))), parts
     for n in names:
         assert lines(tmp_path / "out", n) == want[n], n
+
+
+DOWNSTREAM = textwrap.dedent('''
+    import os
+    import random
+
+    import epic
+
+    out = epic.param("out", "out")
+
+
+    def readings():
+        rnd = random.Random(5)
+        for i in range(3000):
+            yield {"ts": i * 5 + rnd.randrange(0, 40), "k": rnd.randrange(7), "v": i % 13}
+
+
+    topology = epic.Topology("downstream")
+    s = topology.source("readings", epic.iterator_source(
+        readings, schema={"ts": "int64", "k": "int64", "v": "int64"}, time="ts", unit="ms",
+        batch_rows=250, lateness=0.05))
+    w = topology.window("pairs", s, epic.tumbling(0.3, origin=0, lateness=0.05), key="k",
+                        late="drop", aggregates=[epic.max("v", name="top")])
+    plus = topology.map("plus", w, lambda b: b)
+    g = topology.window("tops", plus, epic.tumbling(0.6, origin=0), late="drop",
+                        aggregates=[epic.max("top", name="best"), epic.count("n"),
+                                    epic.first("k", name="k1"), epic.last("k", name="kn")])
+    topology.sink("tops_out", g, epic.csv_sink(os.path.join(out, "tops.csv")))
+    c = topology.window("cnt", w, epic.tumbling_count(7), late="drop",
+                        aggregates=[epic.sum("top", name="s"), epic.first("k", name="k1"),
+                                    epic.last("k", name="kn")])
+    topology.sink("cnt_out", c, epic.csv_sink(os.path.join(out, "cnt.csv")))
+''')
+
+
+@pytest.mark.parametrize("crash", ["node-state:4", pytest.param("node-state:9",
+                                                                 marks=pytest.mark.slow)])
+def test_consumers_of_a_partitioned_window_equal_run_after_kills(tmp_path, crash):
+    """A keyed window over 2 partitions feeding global windows (one through a map, which then
+    runs in the consumer's query): the consumers read the partitions' rows merged into epic
+    run's order, also when the deploy is SIGKILLed after a snapshot and rerun. Their files,
+    in order (first and last keys, counts per window: nothing found late), equal epic run's."""
+    topo = _topology_file(str(tmp_path), "downstream", DOWNSTREAM)
+    ref = epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
+    assert ref.nodes["tops"].late_rows == 0 and ref.nodes["cnt"].late_rows == 0
+    opts = ("--partitions", "2")
+    run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, opts=opts)
+    assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
+    last = _deploy(topo, tmp_path / "wd", tmp_path / "out", opts=opts)
+    assert last.returncode == 0, last.stderr[-3000:]
+    for n in ("tops.csv", "cnt.csv"):
+        want = (tmp_path / "ref" / n).read_text().splitlines()
+        assert len(want) > 20, n
+        assert (tmp_path / "out" / n).read_text().splitlines() == want, n
+    queries = json.loads((tmp_path / "wd" / "status.json").read_text())["nodes"]
+    # the map left the window's query: it runs in its consumer's (beside 'cnt', a sibling)
+    assert "readings+pairs" in queries and any(q.startswith("plus+tops+tops_out")
+                                               for q in queries), list(queries)

@@ -93,3 +93,72 @@ def test_deploy_equals_run_under_disorder(spark, tmp_path, partitions, fuse):
         # late counts: the deploy reports epic run's
         for node in ("late1", "few", "cnt", "runs"):
             assert result.status["late_rows"][node] == want.nodes[node].late_rows, (i, node)
+
+
+def _downstream(rows: list[dict], batch_rows: int) -> epic.Topology:
+    """Keyed time and count windows (every key on the same instants: ties across partitions)
+    feeding order-sensitive consumers: a tape that numbers the rows it meets, a global count
+    window collecting keys, a global time window (its late rows), a keyed window after a map."""
+    t = epic.Topology("downstream")
+    data = list(rows)
+
+    def gen():
+        yield from data
+
+    class Tape(epic.Processor):
+        def init(self, key):
+            return 0
+
+        def on_element(self, state, row, ctx):
+            ctx.emit({"seq": state, "k": row["k"], "t": row["window_end"], "n": row["n"]})
+            return state + 1
+
+    tape = {"seq": "int64", "k": "int64", "t": "int64", "n": "int64"}
+    s = t.source("events", epic.iterator_source(gen, schema=SCHEMA, time="ts", unit="s",
+                                                batch_rows=batch_rows))
+    w = t.window("tumble", s, epic.tumbling(4, origin=0, lateness=2), key="k",
+                 aggregates=[epic.count("n"), epic.sum("v")])
+    t.sink("tape1", t.process("tape_tumble", w, Tape(), schema=tape, time="t"), epic.collect_sink())
+    g = t.window("by_count", w, epic.tumbling_count(3), aggregates=[epic.collect("k")])
+    t.sink("by_count_out", g, epic.collect_sink())
+    tw = t.window("by_time", w, epic.tumbling(8, origin=0), late="drop",
+                  aggregates=[epic.count("n"), epic.collect("k", name="ks")])
+    t.sink("by_time_out", tw, epic.collect_sink())
+    f = t.window("few", s, epic.few_time(6, 3, 1, origin=0, lateness=3), key="k",
+                 aggregates=[epic.count("n")])
+    m = t.map("few_plus", f, lambda b: b)
+    t.sink("tape2", t.process("tape_few", m, Tape(), schema=tape, time="t"), epic.collect_sink())
+    again = t.window("again", m, epic.tumbling(12, origin=0), key="k",
+                     aggregates=[epic.sum("n", name="total")])
+    t.sink("again_out", again, epic.collect_sink())
+    c = t.window("cnt", s, epic.tumbling_count(2, lateness=2), key="k",
+                 aggregates=[epic.sum("v")])
+    t.sink("cnt_pairs_out", t.window("cnt_pairs", c, epic.tumbling_count(2),
+                                 aggregates=[epic.collect("k")]), epic.collect_sink())
+    return t
+
+
+@pytest.mark.parametrize("partitions,fuse", [(2, False), (2, True),
+                                             pytest.param(3, True, marks=pytest.mark.slow)])
+def test_consumers_of_keyed_windows_see_run_order(spark, tmp_path, partitions, fuse):
+    """Over several partitions each task writes its keys' window rows; the next query reads
+    them merged into epic run's order (by time, then the key's first on-time row), so the
+    rows a consumer meets, in order, are epic run's: the tapes' numbering, the global count
+    windows, the global time window's late rows, a keyed window after a map (docs/windows.md:
+    late decisions never depend on partitions)."""
+    rows = _rows(19, 400)
+    want = epic.run(_downstream(rows, 23))
+    assert want.nodes["by_time"].late_rows == 0
+    result = deploy(_downstream(rows, 23), str(tmp_path / "wd"), spark=spark, timeout=240,
+                    fuse=fuse, partitions=partitions, batch_rows=23)
+    assert result.status["state"] == "finished"
+    for sink in ("tape1", "by_count_out", "by_time_out", "tape2", "cnt_pairs_out"):
+        got = result.collected[sink].to_pylist()
+        exp = want.collected[sink].to_pylist()
+        assert len(exp) > 10, sink
+        assert got == exp, sink   # in order: one task writes them
+    got = result.collected["again_out"].to_pylist()
+    exp = want.collected["again_out"].to_pylist()
+    assert sorted(got, key=rows_key) == sorted(exp, key=rows_key)
+    for node in ("tumble", "few", "cnt", "by_time", "by_count", "again", "cnt_pairs"):
+        assert result.status["late_rows"].get(node, 0) == want.nodes[node].late_rows, node
