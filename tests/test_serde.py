@@ -120,3 +120,67 @@ def test_plain_msgpack_snapshots_are_still_read():
     assert old[:1] != b"\xc1"
     st_ = serde.unpack_state(old, "epic.x/1")
     assert (st_["a"] == np.arange(100_000)).all() and st_["a"].flags.writeable
+
+
+@st.composite
+def ragged(draw):
+    """An object array of 1-D arrays of one dtype (a window buffer of list values), sometimes
+    2-D, sometimes with all elements of one length (which must not broadcast on unpack)."""
+    dtype = np.dtype(draw(st.sampled_from(["<i4", "<i8", "<f8", "|b1", ">i2", "<M8[s]"])))
+    n = draw(st.integers(1, 12))
+    same = draw(st.booleans())
+    k0 = draw(st.integers(0, 4))
+    out = np.empty(n, dtype=object)
+    for i in range(n):
+        k = k0 if same else draw(st.integers(0, 6))
+        vals = draw(st.lists(st.integers(0, 100), min_size=k, max_size=k))
+        out[i] = np.array(vals, dtype=np.int64).astype(dtype)
+    if n % 2 == 0 and draw(st.booleans()):
+        out = out.reshape(2, n // 2)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(ragged(), st.sampled_from([0, 1 << 16]))
+def test_object_arrays_of_arrays_round_trip_as_one_buffer(arr, raw_min):
+    """Elements, dtypes and the shape survive packb and pack_large; the elements are writable
+    and independent of the source."""
+    for data in (serde.packb({"b": arr}), serde.pack_large({"b": arr}, raw_min=raw_min)):
+        got = serde.unpackb(data)["b"]
+        assert got.dtype == object and got.shape == arr.shape
+        for x, y in zip(arr.ravel(), got.ravel()):
+            assert type(y) is np.ndarray and y.dtype == x.dtype and y.ndim == 1
+            assert y.tobytes() == x.tobytes()
+            if len(y):
+                y[:1] = y[:1]   # writable
+    # 20,000 elements: one extension, not one per element
+    big = np.empty(20_000, dtype=object)
+    for i in range(len(big)):
+        big[i] = np.arange(i % 7, dtype=np.int32)
+    data = serde.pack_large({"b": big})
+    assert len(data) < 8 * len(big) + 4 * sum(i % 7 for i in range(len(big))) + 400
+
+
+def test_object_arrays_of_mixed_values_keep_the_element_form():
+    mixed = np.empty(3, dtype=object)
+    mixed[0], mixed[1], mixed[2] = np.arange(2), np.arange(2.0), "x"
+    nested = np.empty(2, dtype=object)
+    nested[0], nested[1] = np.arange(2), np.empty(0, dtype=object)
+    for arr in (mixed, nested):
+        for data in (serde.packb(arr), serde.pack_large(arr, raw_min=0)):
+            got = serde.unpackb(data)
+            assert [type(x) for x in got] == [type(x) for x in arr]
+            assert got[0].dtype == arr[0].dtype and list(got[0]) == list(arr[0])
+            assert not isinstance(got[1], np.ndarray) or got[1].dtype == arr[1].dtype
+
+
+def test_a_ragged_array_with_damaged_lengths_is_refused():
+    arr = np.empty(3, dtype=object)
+    for i in range(3):
+        arr[i] = np.arange(i + 1, dtype=np.int64)
+    data = bytearray(serde.packb(arr))
+    at = bytes(data).find(np.array([1, 2, 3], np.int64).tobytes())
+    assert at > 0
+    data[at:at + 8] = np.array([5], np.int64).tobytes()   # lengths 5, 2, 3: 10 values, not 6
+    with pytest.raises(StateError, match="corrupt state"):
+        serde.unpackb(bytes(data))
