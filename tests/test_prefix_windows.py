@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import epic.aggregates as A
@@ -113,15 +113,19 @@ def cases(draw):
             restore_at)
 
 
-@given(cases(), st.sampled_from([None, 1]))
-def test_prefix_engine_equals_general_engine(case, raw_min):
+@settings(max_examples=300, deadline=None)
+@given(cases(), st.sampled_from([None, 1]), st.sampled_from([1, 2, None]))
+def test_prefix_engine_equals_general_engine(case, raw_min, collapse):
     """Any FEW time window, batch cuts, lateness, watermarks, delay column, snapshot/restore
-    (``raw_min`` 1: every array of a snapshot a raw segment, as a long window's are)."""
+    (``raw_min`` 1: every array of a snapshot a raw segment, as a long window's are), with the
+    elements folded into grid cells as soon as 1 or 2 wait (``collapse``), or at the default."""
     from unittest import mock
 
     from epic import serde
+    from epic.windows import prefix
 
-    with mock.patch.object(serde, "RAW_MIN", raw_min or serde.RAW_MIN):
+    with mock.patch.object(serde, "RAW_MIN", raw_min or serde.RAW_MIN), \
+            mock.patch.object(prefix, "COLLAPSE_MIN", collapse or prefix.COLLAPSE_MIN):
         _prefix_equals_general(case)
 
 
@@ -194,7 +198,7 @@ def test_lift_must_be_integer_and_snapshot_format_is_checked():
     with pytest.raises(SpecError, match="'f'.*integers"):
         op.on_batch(next(batches([(0, 1, 2)], [], False)))
     general = WindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k")
-    with pytest.raises(StateError, match="not a epic.window.prefix/3 snapshot"):
+    with pytest.raises(StateError, match="not a epic.window.prefix/4 snapshot"):
         PrefixWindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k").restore(
             general.snapshot())
 
@@ -218,3 +222,28 @@ def test_plain_function_aggregate_with_the_group_form_runs_on_prefix_sums():
     with pytest.raises(SpecError, match="both lift and lower"):
         A.aggregate_function("pf_bad", init=lambda: 0, add=lambda s, e: s, replace=True,
                              lift=lambda v: v)
+
+
+def test_a_key_keeps_one_entry_per_cell_of_its_window_not_one_per_element():
+    """20 elements per time unit in a window of 50 units sliding by 5: once the watermark has
+    passed them, a key's elements fold into one entry per 5-unit cell, so its state stays ~10
+    entries + what the watermark has not passed, and the rows equal the general engine's."""
+    spec = few_time(50, 5, 5, origin=0)
+    sch = schema_for(True)
+    rows = [(0, t // 20, t % 7) for t in range(40_000)]
+    general, _ = drive(lambda: WindowOperator(spec, AGGS, sch, "ts", "s", "k"), rows,
+                       list(range(0, 40_000, 1000)), True, {})
+    op = PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k")
+    out = []
+    for b in batches(rows, list(range(0, 40_000, 1000)), True):
+        out += op.on_batch(b)
+        ks = op._key_state[0]
+        # the window's cells, the elements of the cell being formed, fewer than COLLAPSE_MIN
+        # waiting to be folded: not the window's 1,000 elements
+        assert ks.n - ks.head <= 50 // 5 + 2 + 20 + 256, ks.n - ks.head
+    snap = op.snapshot()
+    assert len(snap) < 20_000   # a window of elements: 1,000 x (time, 3 sums, count, arrival)
+    fresh = PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k")
+    fresh.restore(snap)
+    out += fresh.on_end()
+    assert pa.Table.from_batches(out, schema=op.output_schema).to_pylist() == general

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import math
+
 import numpy as np
 import pyarrow as pa
 
@@ -41,12 +43,26 @@ from .spec import FewTimeWindow, ceil_div, check_columns, key_tuple, window_outp
 __all__ = ["PrefixWindowOperator", "prefix_eligible"]
 
 
+def _grown(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` in an array of at least ``n`` entries (the rest uninitialised)."""
+    if len(a) >= n:
+        return a
+    out = np.empty(n, a.dtype)
+    out[:len(a)] = a
+    return out
+
+
 def prefix_eligible(spec, aggregates: Sequence[AggSpec]) -> bool:
     """True when ``spec`` is a time window and every aggregate has ``lift`` and ``lower``
     (and panes were not asked for explicitly)."""
     if not isinstance(spec, FewTimeWindow) or getattr(spec, "panes", None) is True:
         return False
     return bool(aggregates) and all(a.aggregate.has_group for a in aggregates)
+
+
+#: a key's elements are folded into one entry per grid cell (:meth:`_PKey.collapse`) once at
+#: least this many wait (fewer: not worth the numpy calls)
+COLLAPSE_MIN = 256
 
 
 @dataclass
@@ -56,8 +72,9 @@ class _PKey:
     origin: int
     done: int  # every instant <= done has been emitted (or proved empty)
     first: int  # start of the key's first window (Grid.first_window)
-    times: np.ndarray  # [cap] event times (clamped to >= origin), sorted
+    times: np.ndarray  # [cap] event times, sorted
     cum: np.ndarray  # [cap, K] running sums (including everything dropped before head)
+    cnt: np.ndarray  # [cap] running element counts (dropped ones included) of the packed entries
     ent: np.ndarray  # [cap] arrival times (delay logging) or an empty array
     head: int
     n: int
@@ -66,6 +83,11 @@ class _PKey:
     dropped: int  # number of dropped elements
     key_order: int
     with_ent: bool
+    #: entries before this index stand for whole grid cells (:meth:`collapse`), with their
+    #: counts in ``cnt``; every entry from it on is one element (its count: its position)
+    packed: int = 0
+    #: entries before this index are known to need no folding (one element per cell)
+    scanned: int = 0
 
     # storage --------------------------------------------------------------------------
     def _reserve(self, m: int) -> None:
@@ -75,17 +97,43 @@ class _PKey:
         cap = max(1024, 2 * (live + m))
         times = np.empty(cap, np.int64)
         cum = np.empty((cap, self.cum.shape[1]), np.int64)
+        cnt = np.empty(cap, np.int64)
         times[:live] = self.times[self.head:self.n]
         cum[:live] = self.cum[self.head:self.n]
+        packed = max(0, self.packed - self.head)
+        cnt[:packed] = self.cnt[self.head:self.head + packed]
         if self.with_ent:
             ent = np.empty(cap, np.int64)
             ent[:live] = self.ent[self.head:self.n]
             self.ent = ent
-        self.times, self.cum = times, cum
+        self.times, self.cum, self.cnt = times, cum, cnt
+        self.packed = packed
+        self.scanned = max(0, self.scanned - self.head)
         self.head, self.n = 0, live
 
     def last_sum(self) -> np.ndarray:
         return self.cum[self.n - 1] if self.n > self.head else self.base
+
+    def counts(self, j: np.ndarray) -> np.ndarray:
+        """Elements before the ``j``-th live entries (dropped ones included)."""
+        i = self.head + np.asarray(j, np.int64) - 1   # the last entry counted
+        p = max(self.packed, self.head)
+        at_p = int(self.cnt[p - 1]) if p > self.head else self.dropped
+        out = at_p + (i - p + 1)
+        if p > self.head:
+            inside = (i >= self.head) & (i < p)
+            out = np.where(inside, self.cnt[np.clip(i, self.head, p - 1)], out)
+        return np.where(i < self.head, self.dropped, out)
+
+    def count_at(self, j: int) -> int:
+        """:meth:`counts` of one ``j``."""
+        i = self.head + j - 1
+        if i < self.head:
+            return self.dropped
+        p = max(self.packed, self.head)
+        if i < p:
+            return int(self.cnt[i])
+        return (int(self.cnt[p - 1]) if p > self.head else self.dropped) + (i - p + 1)
 
     def append(self, t: np.ndarray, lift: np.ndarray, ent: np.ndarray | None) -> None:
         """Add elements (time-sorted); a tail older than the newest stored time is merged in."""
@@ -128,10 +176,56 @@ class _PKey:
         self.base = self.cum[self.head + j - 1].copy()
         if self.with_ent:
             self.base_ent = max(self.base_ent, int(self.ent[self.head:self.head + j].max()))
-        self.dropped += j
+        self.dropped = self.count_at(j)
         self.head += j
         if self.head == self.n:
-            self.head = self.n = 0
+            self.head = self.n = self.packed = self.scanned = 0
+        else:
+            self.packed = max(self.packed, self.head)
+            self.scanned = max(self.scanned, self.head)
+
+    def collapse(self, o: int, cell: int, upto: int, least: int = 256) -> None:
+        """Keep one entry per grid cell ``[o + i*cell, o + (i+1)*cell)`` for the elements
+        before ``upto`` (a cell boundary every window still to come starts or ends at, or after;
+        the watermark has passed it, so no element can join those cells any more): the cell's
+        last element, its running sums and count, and the newest arrival in the cell.
+
+        Windows start and end on cell boundaries (``cell`` divides the length, the stride and
+        the emission frequency), so ``C(x)`` and the counts before any of them read the same
+        from the cells as from the elements: the state of a key then holds one entry per cell
+        of the window, not one per element. Only when at least ``least`` elements wait."""
+        lo = max(self.scanned, self.packed, self.head)
+        p = lo + int(self.times[lo:self.n].searchsorted(upto, side="left"))
+        if p - lo < least:
+            return
+        cells = (self.times[lo:p] - o) // cell
+        last = np.flatnonzero(np.append(cells[1:] != cells[:-1], True))
+        k = len(last)
+        if k == p - lo:
+            # one element per cell already (a stream no denser than the grid): nothing to
+            # fold, and the entries keep their positional counts (none stored)
+            self.scanned = p
+            return
+        if k < p - lo:
+            start = max(self.packed, self.head)
+            keep = lo + last
+            counts = self.counts(keep - self.head + 1)
+            if lo > start:   # scanned before, one per cell: their counts become explicit
+                self.cnt[start:lo] = self.counts(np.arange(start, lo) - self.head + 1)
+            self.times[lo:lo + k] = self.times[keep]
+            self.cum[lo:lo + k] = self.cum[keep]
+            if self.with_ent:
+                starts = np.append(0, last[:-1] + 1)
+                self.ent[lo:lo + k] = np.maximum.reduceat(self.ent[lo:p], starts)
+            self.cnt[lo:lo + k] = counts
+            rest = self.n - p
+            if rest:
+                self.times[lo + k:lo + k + rest] = self.times[p:self.n].copy()
+                self.cum[lo + k:lo + k + rest] = self.cum[p:self.n].copy()
+                if self.with_ent:
+                    self.ent[lo + k:lo + k + rest] = self.ent[p:self.n].copy()
+            self.n = lo + k + rest
+        self.packed = self.scanned = lo + k
 
 
 class PrefixWindowOperator(Clocked):
@@ -158,6 +252,9 @@ class PrefixWindowOperator(Clocked):
         self.has_entry = ENTRY_COLUMN in schema.names
         check_columns(schema, time, self.keys, self.aggs)
         self.output_schema = window_output_schema(spec, self.aggs, schema, key)
+        g = self.grid
+        #: every window starts and ends on a multiple of this from the key's origin
+        self._cell = math.gcd(*(x for x in (g.L, g.S, g.E) if x is not None))
         self._widths: list[int] | None = None
         self._key_state: dict[Any, _PKey] = {}
         self.clock = EventClock(self.lateness)
@@ -227,7 +324,7 @@ class PrefixWindowOperator(Clocked):
     def _new_key(self, origin: int, order: int) -> _PKey:
         k = sum(self._widths)
         return _PKey(origin=origin, done=NOT_STARTED, first=origin, times=np.empty(0, np.int64),
-                     cum=np.empty((0, k), np.int64),
+                     cum=np.empty((0, k), np.int64), cnt=np.empty(0, np.int64),
                      ent=np.empty(0, np.int64),
                      head=0, n=0, base=np.zeros(k, np.int64), base_ent=0, dropped=0,
                      key_order=order, with_ent=self.has_entry)
@@ -259,7 +356,7 @@ class PrefixWindowOperator(Clocked):
         return parts[0] if len(parts) == 1 else np.union1d(parts[0], parts[1])
 
     def _count_before(self, ks: _PKey, x: int) -> int:
-        return ks.dropped + int(ks.times[ks.head:ks.n].searchsorted(x, side="left"))
+        return ks.count_at(int(ks.times[ks.head:ks.n].searchsorted(x, side="left")))
 
     def _skip_empty(self, ks: _PKey, limit: int) -> bool:
         """Move ``done`` over instants whose window is provably empty; False: nothing to emit
@@ -293,7 +390,7 @@ class PrefixWindowOperator(Clocked):
         view = ks.times[ks.head:ks.n]
         cum = ks.cum[ks.head:ks.n]
         jT = view.searchsorted(T, side="left")
-        cnt = ks.dropped + jT
+        cnt = ks.counts(jT)
         sums = np.where((jT > 0)[:, None], cum[np.maximum(jT - 1, 0)], ks.base[None, :]) \
             if len(view) else np.broadcast_to(ks.base, (len(T), len(ks.base))).copy()
         if g.L is None:
@@ -303,7 +400,7 @@ class PrefixWindowOperator(Clocked):
             S = self._starts(T, o, ks.first)
             final = T == S + g.L
             jS = view.searchsorted(S, side="left")
-            cnt = cnt - (ks.dropped + jS)
+            cnt = cnt - ks.counts(jS)
             if len(view):
                 sums = sums - np.where((jS > 0)[:, None], cum[np.maximum(jS - 1, 0)],
                                        ks.base[None, :])
@@ -333,6 +430,10 @@ class PrefixWindowOperator(Clocked):
         else:
             nxt = g.next_instant(ks.origin, ks.done, ks.first)
             ks.drop_before(g.window_start(ks.origin, nxt, ks.first))
+        if ks.done > NOT_STARTED:
+            # every element before done's cell is in: one entry per cell is enough
+            o, c = ks.origin, self._cell
+            ks.collapse(o, c, o + ((ks.done - o) // c) * c, COLLAPSE_MIN)
 
     def _emit_all(self, final: bool) -> list[pa.RecordBatch]:
         wm = self._wm
@@ -418,15 +519,16 @@ class PrefixWindowOperator(Clocked):
                 # views: pack_state copies them (once, as raw segments when large)
                 "done": ks.done, "first": ks.first, "times": ks.times[ks.head:ks.n],
                 "sums": ks.cum[ks.head:ks.n],
+                "counts": ks.cnt[ks.head:max(ks.head, ks.packed)],
                 "entries": ks.ent[ks.head:ks.n] if ks.with_ent else None,
                 "base": ks.base, "base_entry": ks.base_ent, "dropped": ks.dropped,
                 "order": ks.key_order})
-        return serde.pack_state("epic.window.prefix/3", {
+        return serde.pack_state("epic.window.prefix/4", {
             "clock": self.clock.to_state(), "wm": self._wm, "widths": self._widths,
             "keys": keys, "rows": self._stream_rows})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpack_state(data, "epic.window.prefix/3")
+        st = serde.unpack_state(data, "epic.window.prefix/4")
         self.clock = EventClock.from_state(st["clock"])
         self._wm = st["wm"]
         self._widths = st["widths"]
@@ -441,6 +543,8 @@ class PrefixWindowOperator(Clocked):
             self._key_state[key_value] = _PKey(
                 origin=k["origin"], done=k["done"], times=times,
                 cum=np.asarray(k["sums"], np.int64).reshape(len(times), width),
+                cnt=_grown(np.asarray(k["counts"], np.int64), len(times)),
+                packed=len(k["counts"]),
                 ent=np.asarray(ent, np.int64) if ent is not None else np.empty(0, np.int64),
                 head=0, n=len(times), base=np.asarray(k["base"], np.int64).copy(),
                 base_ent=int(k["base_entry"]), dropped=int(k["dropped"]),
