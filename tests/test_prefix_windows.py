@@ -247,3 +247,26 @@ def test_a_key_keeps_one_entry_per_cell_of_its_window_not_one_per_element():
     fresh.restore(snap)
     out += fresh.on_end()
     assert pa.Table.from_batches(out, schema=op.output_schema).to_pylist() == general
+
+
+def test_a_snapshot_of_the_previous_format_is_restored():
+    """epic.window.prefix/3 (before cells were folded: no counts) restores as one entry per
+    element, and the window goes on as if never stopped."""
+    from epic import serde
+
+    spec = few_time(8, 2, 1, origin=0)
+    sch = schema_for(False)
+    rows = [(i % 3, i // 2, i % 5) for i in range(400)]
+    want, _ = drive(lambda: PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k"), rows,
+                    [200], False, {})
+    op = PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k")
+    it = batches(rows, [200], False)
+    out = op.on_batch(next(it))
+    st = serde.unpack_state(op.snapshot(), "epic.window.prefix/4")
+    assert all(not len(k["counts"]) for k in st["keys"])   # too few elements to fold yet
+    for k in st["keys"]:
+        del k["counts"]
+    fresh = PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k")
+    fresh.restore(serde.pack_state("epic.window.prefix/3", st))
+    out += fresh.on_batch(next(it)) + fresh.on_end()
+    assert pa.Table.from_batches(out, schema=op.output_schema).to_pylist() == want

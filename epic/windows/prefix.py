@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from .. import serde
 from ..aggregates import AggSpec
-from ..errors import SpecError
+from ..errors import SpecError, StateError
 from ..operator import ENTRY_COLUMN
 from ..schemas import one_array
 from ..timecore import EventClock
@@ -528,7 +528,14 @@ class PrefixWindowOperator(Clocked):
             "keys": keys, "rows": self._stream_rows})
 
     def restore(self, data: bytes) -> None:
-        st = serde.unpack_state(data, "epic.window.prefix/4")
+        try:
+            st = serde.unpack_state(data, "epic.window.prefix/4")
+        except StateError as exc:
+            # an older epic's snapshot: the same, one entry per element (no counts stored)
+            try:
+                st = serde.unpack_state(data, "epic.window.prefix/3")
+            except StateError:
+                raise exc from None
         self.clock = EventClock.from_state(st["clock"])
         self._wm = st["wm"]
         self._widths = st["widths"]
@@ -543,8 +550,8 @@ class PrefixWindowOperator(Clocked):
             self._key_state[key_value] = _PKey(
                 origin=k["origin"], done=k["done"], times=times,
                 cum=np.asarray(k["sums"], np.int64).reshape(len(times), width),
-                cnt=_grown(np.asarray(k["counts"], np.int64), len(times)),
-                packed=len(k["counts"]),
+                cnt=_grown(np.asarray(k.get("counts", []), np.int64), len(times)),
+                packed=len(k.get("counts", [])),
                 ent=np.asarray(ent, np.int64) if ent is not None else np.empty(0, np.int64),
                 head=0, n=len(times), base=np.asarray(k["base"], np.int64).copy(),
                 base_ent=int(k["base_entry"]), dropped=int(k["dropped"]),
