@@ -754,6 +754,10 @@ class WindowOperator(Clocked):
         self.clock = EventClock.from_state(st["clock"])
         self._wm = st["wm"]
         self._held = None if st["held"] is None else table_from_bytes(st["held"])
+        if self._held is not None and POS_COLUMN not in self._held.column_names:
+            # held by an older epic (no positions): those keys rank before the later ones
+            self._held = self._held.append_column(
+                POS_COLUMN, pa.array(np.full(self._held.num_rows, -1, np.int64)))
         self._stream_rows = int(st.get("rows", 0))
         tup = len(self.keys) > 1
         self._first_pos = {(tuple(k) if tup else k): int(v) for k, v in st.get("first_pos", [])}
