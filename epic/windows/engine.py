@@ -528,7 +528,7 @@ class WindowOperator(Clocked):
     # -- emission ------------------------------------------------------------------------
     def _emit_all(self, final: bool) -> list[pa.RecordBatch]:
         """Emit every instant the watermark has reached, for every key, ordered by instant and
-        then by key (first appearance). Rows are streamed from per-key generators and converted
+        then by the key's rank (the stream position of its first on-time row). Rows are streamed from per-key generators and converted
         in bounded batches, so a long watermark jump (a gap in the data, half-time) never builds
         one giant batch: at most ``MAX_BATCH_ROWS`` rows or ``MAX_BATCH_ELEMENTS`` nested result
         elements (lists, maps) per batch."""
