@@ -492,6 +492,22 @@ class DeployPlan:
         more = [(members[a], members[a + 1:b]) for a, b in zip(idx[1:], ends[1:])]
         return sink, members, members[:k], members[k], members[k + 1:ends[0]], more
 
+    def unit_partitions(self, unit: list) -> int:
+        """Tasks per micro-batch of the unit's keyed node: ``partitions``, except 1 for a keyed
+        node that does not rank its rows (a predicate, snapshot or count-by-start window, a
+        keyed ``process`` node) when its group's rows go on to another query: one task emits
+        them in ``epic run``'s order, which the next query could not restore from parts
+        (docs/deploy.md, "Event time across partitions")."""
+        if self.partitions <= 1:
+            return max(1, self.partitions)
+        for g in unit:
+            st = next((n for n in g if self.modes.get(n.name, "stateless") != "stateless"),
+                      None)
+            if (st is not None and self.modes[st.name] == "keyed" and not ranked_window(st)
+                    and not isinstance(g[-1], SinkNode)):
+                return 1
+        return self.partitions
+
     def ranked(self, n) -> bool:
         """``n``'s output topic carries ``_rank`` (:func:`ranked_window`, over several
         partitions; not when its output stays inside its query)."""
@@ -603,7 +619,7 @@ class DeployPlan:
         plan = GroupPlan(
             name=qname, workdir=self.workdir, merge=len(head.inputs) > 1,
             key=tuple(st.key) if st is not None and self.modes[st.name] == "keyed" else None,
-            partitions=self.partitions, branches=branches, stateful=st is not None,
+            partitions=self.unit_partitions(unit), branches=branches, stateful=st is not None,
             spool=(f"{self.workdir}/spool/{safe}" if self.loc is None
                    else self.loc.join("spool", safe).path),
             fs=None if self.loc is None else self.loc.fs,

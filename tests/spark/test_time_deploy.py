@@ -162,3 +162,69 @@ def test_consumers_of_keyed_windows_see_run_order(spark, tmp_path, partitions, f
     assert sorted(got, key=rows_key) == sorted(exp, key=rows_key)
     for node in ("tumble", "few", "cnt", "by_time", "by_count", "again", "cnt_pairs"):
         assert result.status["late_rows"].get(node, 0) == want.nodes[node].late_rows, node
+
+
+def _unranked(rows: list[dict], batch_rows: int) -> epic.Topology:
+    """Keyed nodes that do not rank their rows (a predicate window, a keyed process node)
+    feeding order-sensitive consumers, and one written straight to a sink."""
+    t = epic.Topology("unranked")
+    data = list(rows)
+
+    def gen():
+        yield from data
+
+    class Tape(epic.Processor):
+        def init(self, key):
+            return 0
+
+        def on_element(self, state, row, ctx):
+            ctx.emit({"seq": state, "k": row["k"], "t": row["ts"]})
+            return state + 1
+
+    class Keep(epic.Processor):   # keyed: passes rows on, numbering them per key
+        def init(self, key):
+            return 0
+
+        def on_element(self, state, row, ctx):
+            ctx.emit({"k": row["k"], "ts": row["ts"], "v": state})
+            return state + 1
+
+    tape = {"seq": "int64", "k": "int64", "t": "int64"}
+    s = t.source("events", epic.iterator_source(gen, schema=SCHEMA, time="ts", unit="s",
+                                                batch_rows=batch_rows))
+    pw = epic.predicate_window(lambda cur: cur["v"] % 3 == 0, lambda first, cur: cur["v"] > 5,
+                               kind="sliding", lateness=3)
+    p = t.window("runs", s, pw, key="k", aggregates=[epic.count("n")])
+    t.sink("runs_tape", t.process("tape_runs", t.map("runs_ts", p, lambda b: b.rename_columns(
+        ["k", "window_start", "window_end", "final", "ts", "n"])), Tape(), schema=tape,
+        time="t"), epic.collect_sink())
+    kp = t.process("keep", s, Keep(), schema=SCHEMA, key="k", time="ts")
+    t.sink("keep_tape", t.process("tape_keep", kp, Tape(), schema=tape, time="t"),
+           epic.collect_sink())
+    t.sink("keep_counts_out", t.window("keep_counts", kp, epic.tumbling(10, origin=0),
+                                   aggregates=[epic.count("n"), epic.last("k")]),
+           epic.collect_sink())
+    return t
+
+
+@pytest.mark.parametrize("fuse", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_keyed_nodes_without_ranks_run_in_one_task_for_other_queries(spark, tmp_path, fuse):
+    """With --partitions 2, a keyed predicate window or process node whose rows another query
+    reads runs in one task (its consumers then read epic run's order, which no merge of parts
+    could restore): tapes and a global window equal epic run's in order."""
+    from epic.spark.planner import DeployPlan
+
+    rows = _rows(23, 300)
+    plan = DeployPlan(_unranked(rows, 17), str(tmp_path / "probe"), partitions=2, fuse=fuse,
+                      batch_rows=17)
+    parts = {u[0][0].name: plan.unit_partitions(u) for u in plan.units}
+    assert parts.get("runs", parts.get("events")) == 1 and parts.get("keep", 1) == 1, parts
+    want = epic.run(_unranked(rows, 17))
+    result = deploy(_unranked(rows, 17), str(tmp_path / "wd"), spark=spark, timeout=240,
+                    fuse=fuse, partitions=2, batch_rows=17)
+    assert result.status["state"] == "finished"
+    for sink in ("runs_tape", "keep_tape", "keep_counts_out"):
+        got = result.collected[sink].to_pylist()
+        exp = want.collected[sink].to_pylist()
+        assert len(exp) > 10, sink
+        assert got == exp, sink
