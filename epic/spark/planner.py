@@ -495,16 +495,18 @@ class DeployPlan:
     def unit_partitions(self, unit: list) -> int:
         """Tasks per micro-batch of the unit's keyed node: ``partitions``, except 1 for a keyed
         node that does not rank its rows (a predicate, snapshot or count-by-start window, a
-        keyed ``process`` node) when its group's rows go on to another query: one task emits
-        them in ``epic run``'s order, which the next query could not restore from parts
-        (docs/deploy.md, "Event time across partitions")."""
+        keyed ``process`` node) when its group's rows go on to another query's nodes (not
+        only to sinks): one task emits them in ``epic run``'s order, which the next query could
+        not restore from parts (docs/deploy.md, "Event time across partitions")."""
         if self.partitions <= 1:
             return max(1, self.partitions)
         for g in unit:
             st = next((n for n in g if self.modes.get(n.name, "stateless") != "stateless"),
                       None)
             if (st is not None and self.modes[st.name] == "keyed" and not ranked_window(st)
-                    and not isinstance(g[-1], SinkNode)):
+                    and not isinstance(g[-1], SinkNode)
+                    and any(not isinstance(self.t.node(c), SinkNode)
+                            for c in _consumers(self.t).get(g[-1].name, []))):
                 return 1
         return self.partitions
 
