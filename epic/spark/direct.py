@@ -315,17 +315,18 @@ def _positioned(it, key: tuple | None, parts: int, key_part: int | None,
     read before it, and ``high["max"]`` the largest time of all rows read. So every partition
     decides late rows and watermarks from the whole stream, as ``epic run`` does.
 
-    With ``high``, also ``high["rows"]``, the rows read, and ``high["runs"]``, the stream's runs
-    of equal ``(_step, _wm)`` in read order: ``[step tag, watermark, end position, largest time
-    up to its end]``. Over several partitions a task replays every run, with or without rows of
-    its keys (``tasks.run_stateful``), so its clock and emissions follow the stream step by
-    step, as ``epic run``'s do."""
+    With ``high``, also ``high["rows"]``, the rows read, and with ``high["split"]`` (several
+    partitions) ``high["runs"]``, the stream's runs of equal ``(_step, _wm)`` in read order:
+    ``[step tag, watermark, end position, largest time up to its end]``. A task then replays
+    every run, with or without rows of its keys (``tasks.run_stateful``), so its clock and
+    emissions follow the stream step by step, as ``epic run``'s do."""
     from epic.spark.source_query import key_partition
     from epic.timecore import stream_before
 
     n = 0
     run_max = None
-    spans = high.setdefault("runs", []) if high is not None else None
+    # the stream's runs, only for a task of several partitions (tasks.run_stateful replays them)
+    spans = high.setdefault("runs", []) if high is not None and high.get("split") else None
     for b in it:
         if not b.num_rows:
             continue

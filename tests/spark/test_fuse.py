@@ -517,26 +517,32 @@ def test_merge_of_inlets_equals_run_also_after_kills(tmp_path, shared):
     assert not spool.exists() or not any(p.is_file() for p in spool.rglob("*"))
 
 
-SIBLINGS = textwrap.dedent('''
-    import os
-    import random
+def _readings(name: str, seed: int, keys: int) -> str:
+    """The head of a topology file: a source 'readings' of 3,000 rows over ``keys`` keys
+    (seeded), in disorder within its lateness and with ties in time; the parameter 'out'."""
+    return textwrap.dedent('''
+        import os
+        import random
 
-    import epic
+        import epic
 
-    out = epic.param("out", "out")
-
-
-    def readings():
-        rnd = random.Random(11)
-        for i in range(3000):
-            # five keys, disorder within the lateness, ties in time
-            yield {"ts": i * 5 + rnd.randrange(0, 40), "k": rnd.randrange(5), "v": i % 13}
+        out = epic.param("out", "out")
 
 
-    topology = epic.Topology("siblings")
-    s = topology.source("readings", epic.iterator_source(
-        readings, schema={"ts": "int64", "k": "int64", "v": "int64"}, time="ts", unit="ms",
-        batch_rows=250, lateness=0.05))
+        def readings():
+            rnd = random.Random(SEED)
+            for i in range(3000):
+                yield {"ts": i * 5 + rnd.randrange(0, 40), "k": rnd.randrange(KEYS), "v": i % 13}
+
+
+        topology = epic.Topology("NAME")
+        s = topology.source("readings", epic.iterator_source(
+            readings, schema={"ts": "int64", "k": "int64", "v": "int64"}, time="ts", unit="ms",
+            batch_rows=250, lateness=0.05))
+    ''').replace("SEED", str(seed)).replace("KEYS", str(keys)).replace("NAME", name)
+
+
+SIBLINGS = _readings("siblings", 11, 5) + textwrap.dedent('''
     for name, spec in (("tumble", epic.tumbling(0.2)), ("slide", epic.sliding(0.5, 0.1)),
                        ("counts", epic.tumbling_count(40))):
         w = topology.window(name, s, spec, key="k", late="drop",
@@ -597,25 +603,7 @@ def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, pa
         assert lines(tmp_path / "out", n) == want[n], n
 
 
-DOWNSTREAM = textwrap.dedent('''
-    import os
-    import random
-
-    import epic
-
-    out = epic.param("out", "out")
-
-
-    def readings():
-        rnd = random.Random(5)
-        for i in range(3000):
-            yield {"ts": i * 5 + rnd.randrange(0, 40), "k": rnd.randrange(7), "v": i % 13}
-
-
-    topology = epic.Topology("downstream")
-    s = topology.source("readings", epic.iterator_source(
-        readings, schema={"ts": "int64", "k": "int64", "v": "int64"}, time="ts", unit="ms",
-        batch_rows=250, lateness=0.05))
+DOWNSTREAM = _readings("downstream", 5, 7) + textwrap.dedent('''
     w = topology.window("pairs", s, epic.tumbling(0.3, origin=0, lateness=0.05), key="k",
                         late="drop", aggregates=[epic.max("v", name="top")])
     plus = topology.map("plus", w, lambda b: b)

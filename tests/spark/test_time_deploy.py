@@ -31,15 +31,35 @@ def _rows(seed: int, n: int = 240) -> list[dict]:
     return out
 
 
-def _topology(rows: list[dict], batch_rows: int) -> epic.Topology:
-    t = epic.Topology("time_deploy")
+def _events(t: epic.Topology, rows: list[dict], batch_rows: int):
+    """The tests' source: ``rows`` in batches of ``batch_rows``."""
     data = list(rows)
 
     def gen():
         yield from data
 
-    s = t.source("events", epic.iterator_source(gen, schema=SCHEMA, time="ts", unit="s",
-                                                batch_rows=batch_rows))
+    return t.source("events", epic.iterator_source(gen, schema=SCHEMA, time="ts", unit="s",
+                                                   batch_rows=batch_rows))
+
+
+def _tape(t: epic.Topology, name: str, stream, time: str, extra: tuple = ()):
+    """A global process node numbering the rows it meets, in order (``seq``), with each row's
+    key, its ``time`` as ``t``, and the ``extra`` columns: what a consumer saw, and when."""
+    class Tape(epic.Processor):
+        def init(self, key):
+            return 0
+
+        def on_element(self, state, row, ctx):
+            ctx.emit({"seq": state, "k": row["k"], "t": row[time], **{c: row[c] for c in extra}})
+            return state + 1
+
+    schema = {"seq": "int64", "k": "int64", "t": "int64", **{c: "int64" for c in extra}}
+    return t.process(name, stream, Tape(), schema=schema, time="t")
+
+
+def _topology(rows: list[dict], batch_rows: int) -> epic.Topology:
+    t = epic.Topology("time_deploy")
+    s = _events(t, rows, batch_rows)
     w = t.window("late1", s, epic.tumbling(10, origin=0, lateness=1), key="k",
                  aggregates=[epic.count("n"), epic.sum("v")])
     t.sink("late1_out", w, epic.collect_sink())
@@ -100,25 +120,10 @@ def _downstream(rows: list[dict], batch_rows: int) -> epic.Topology:
     feeding order-sensitive consumers: a tape that numbers the rows it meets, a global count
     window collecting keys, a global time window (its late rows), a keyed window after a map."""
     t = epic.Topology("downstream")
-    data = list(rows)
-
-    def gen():
-        yield from data
-
-    class Tape(epic.Processor):
-        def init(self, key):
-            return 0
-
-        def on_element(self, state, row, ctx):
-            ctx.emit({"seq": state, "k": row["k"], "t": row["window_end"], "n": row["n"]})
-            return state + 1
-
-    tape = {"seq": "int64", "k": "int64", "t": "int64", "n": "int64"}
-    s = t.source("events", epic.iterator_source(gen, schema=SCHEMA, time="ts", unit="s",
-                                                batch_rows=batch_rows))
+    s = _events(t, rows, batch_rows)
     w = t.window("tumble", s, epic.tumbling(4, origin=0, lateness=2), key="k",
                  aggregates=[epic.count("n"), epic.sum("v")])
-    t.sink("tape1", t.process("tape_tumble", w, Tape(), schema=tape, time="t"), epic.collect_sink())
+    t.sink("tape1", _tape(t, "tape_tumble", w, "window_end", ("n",)), epic.collect_sink())
     g = t.window("by_count", w, epic.tumbling_count(3), aggregates=[epic.collect("k")])
     t.sink("by_count_out", g, epic.collect_sink())
     tw = t.window("by_time", w, epic.tumbling(8, origin=0), late="drop",
@@ -127,7 +132,7 @@ def _downstream(rows: list[dict], batch_rows: int) -> epic.Topology:
     f = t.window("few", s, epic.few_time(6, 3, 1, origin=0, lateness=3), key="k",
                  aggregates=[epic.count("n")])
     m = t.map("few_plus", f, lambda b: b)
-    t.sink("tape2", t.process("tape_few", m, Tape(), schema=tape, time="t"), epic.collect_sink())
+    t.sink("tape2", _tape(t, "tape_few", m, "window_end", ("n",)), epic.collect_sink())
     again = t.window("again", m, epic.tumbling(12, origin=0), key="k",
                      aggregates=[epic.sum("n", name="total")])
     t.sink("again_out", again, epic.collect_sink())
@@ -168,18 +173,6 @@ def _unranked(rows: list[dict], batch_rows: int) -> epic.Topology:
     """Keyed nodes that do not rank their rows (a predicate window, a keyed process node)
     feeding order-sensitive consumers, and one written straight to a sink."""
     t = epic.Topology("unranked")
-    data = list(rows)
-
-    def gen():
-        yield from data
-
-    class Tape(epic.Processor):
-        def init(self, key):
-            return 0
-
-        def on_element(self, state, row, ctx):
-            ctx.emit({"seq": state, "k": row["k"], "t": row["ts"]})
-            return state + 1
 
     class Keep(epic.Processor):   # keyed: passes rows on, numbering them per key
         def init(self, key):
@@ -189,18 +182,15 @@ def _unranked(rows: list[dict], batch_rows: int) -> epic.Topology:
             ctx.emit({"k": row["k"], "ts": row["ts"], "v": state})
             return state + 1
 
-    tape = {"seq": "int64", "k": "int64", "t": "int64"}
-    s = t.source("events", epic.iterator_source(gen, schema=SCHEMA, time="ts", unit="s",
-                                                batch_rows=batch_rows))
+    s = _events(t, rows, batch_rows)
     pw = epic.predicate_window(lambda cur: cur["v"] % 3 == 0, lambda first, cur: cur["v"] > 5,
                                kind="sliding", lateness=3)
     p = t.window("runs", s, pw, key="k", aggregates=[epic.count("n")])
-    t.sink("runs_tape", t.process("tape_runs", t.map("runs_ts", p, lambda b: b.rename_columns(
-        ["k", "window_start", "window_end", "final", "ts", "n"])), Tape(), schema=tape,
-        time="t"), epic.collect_sink())
+    renamed = t.map("runs_ts", p, lambda b: b.rename_columns(
+        ["k", "window_start", "window_end", "final", "ts", "n"]))
+    t.sink("runs_tape", _tape(t, "tape_runs", renamed, "ts"), epic.collect_sink())
     kp = t.process("keep", s, Keep(), schema=SCHEMA, key="k", time="ts")
-    t.sink("keep_tape", t.process("tape_keep", kp, Tape(), schema=tape, time="t"),
-           epic.collect_sink())
+    t.sink("keep_tape", _tape(t, "tape_keep", kp, "ts"), epic.collect_sink())
     t.sink("keep_counts_out", t.window("keep_counts", kp, epic.tumbling(10, origin=0),
                                    aggregates=[epic.count("n"), epic.last("k")]),
            epic.collect_sink())
