@@ -69,12 +69,17 @@ class Output:
         port: for a splitstream's outputs, the port whose rows go here.
         sink: a collect / console / topic sink node whose columns (and delay columns) the rows
             get before they are written, None otherwise.
+        keys: for a collect or console sink after a ranked window in its query, the stream's
+            time column: the rows keep their merge keys
+            (:data:`epic.spark.sink_query.MERGE_KEYS`), by which the sink's readers merge the
+            partitions' parts (:func:`epic.spark.sink_query.sink_tables`).
     """
 
     kind: str
     writer: object
     port: int | None = None
     sink: object = None
+    keys: str | None = None
 
 
 @dataclass
@@ -370,14 +375,19 @@ def _clock_time(node) -> str | None:
     return node.inputs[0].time if isinstance(node, WindowNode) else None
 
 
-def _shape(sink_node, it) -> Iterator[pa.RecordBatch]:
-    """Rows of a collect / console / topic sink: its output columns, delay columns filled."""
+def _shape(sink_node, it, keys: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Rows of a collect / console / topic sink: its output columns, delay columns filled
+    (``keys``: :attr:`Output.keys`, the merge keys after them)."""
     import time
 
     from epic.operator import ENTRY_COLUMN
+    from epic.spark.sink_query import MERGE_KEYS
 
     sink = sink_node.sink
     out = sink.output_schema(sink_node.input.schema)
+    if keys is not None:
+        it = _with_merge_keys(it, keys)
+        out = pa.schema(list(out) + [pa.field(k, pa.int64()) for k in MERGE_KEYS])
     for b in it:
         if not b.num_rows:
             continue
@@ -391,6 +401,16 @@ def _shape(sink_node, it) -> Iterator[pa.RecordBatch]:
                 c = b.column(f.name)
                 cols.append(c if c.type == f.type else c.cast(f.type))
         yield pa.RecordBatch.from_arrays(cols, schema=out)
+
+
+def _with_merge_keys(it, time: str) -> Iterator[pa.RecordBatch]:
+    """A ranked window's rows with their merge keys ``_step``, ``time``, ``_rank`` copied into
+    :data:`epic.spark.sink_query.MERGE_KEYS` columns (the sink's columns may drop those)."""
+    from epic.spark.sink_query import MERGE_KEYS
+
+    for b in it:
+        cols = list(b.columns) + [b.column(c).cast(pa.int64()) for c in (STEP, time, RANK)]
+        yield pa.RecordBatch.from_arrays(cols, names=b.schema.names + list(MERGE_KEYS))
 
 
 def _encode(index: int, msg) -> bytes:
@@ -523,7 +543,7 @@ def _finish(br: Branch, it, msgs: list) -> None:
             _attached(child, iter(out), msgs)
         return
     o = br.outputs[0]
-    src = it if o.sink is None or o.kind == "file" else _shape(o.sink, it)
+    src = it if o.sink is None or o.kind == "file" else _shape(o.sink, it, o.keys)
     msgs.append(_encode(len(msgs), o.writer.write(src)))
 
 

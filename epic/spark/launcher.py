@@ -235,6 +235,7 @@ class Launcher:
         """Print the rows console sinks committed since the last call (``printed``: the next
         segment per sink, also kept in ``<sink topic>/printed`` across restarts)."""
         from epic.sinks import ConsoleSink
+        from epic.spark.sink_query import sink_tables
 
         for n in self.plan.sinks:
             if not isinstance(n.sink, ConsoleSink):
@@ -256,14 +257,13 @@ class Launcher:
                 topic = Topic.open(path)
             except EpicError:
                 continue
-            names = topic.schema.names
-            for seg, _, batches in topic.read(printed[n.name]):
-                for b in batches:
-                    for row in b.to_pylist():
-                        print(f"[{n.name}] " + "\t".join(
-                            repr(row[c]) if isinstance(row[c], float) else
-                            ("" if row[c] is None else str(row[c])) for c in names))
-                printed[n.name] = seg.seq + 1
+            for after, table in sink_tables(topic, printed[n.name]):
+                names = table.schema.names
+                for row in table.to_pylist():
+                    print(f"[{n.name}] " + "\t".join(
+                        repr(row[c]) if isinstance(row[c], float) else
+                        ("" if row[c] is None else str(row[c])) for c in names))
+                printed[n.name] = after
                 if self.plan.loc is not None:
                     from epic.storage import publish, resolve
 

@@ -218,16 +218,19 @@ class ObjectStoreFileWriter:
                     Location(out.fs, m.path, m.path).delete()
 
 
-def file_writer(node, *, checkpoint: str, workdir: str):
+def file_writer(node, *, checkpoint: str, workdir: str, ordered: str | None = None):
     """The writer of a CSV / Parquet sink node: on an object store an
     :class:`ObjectStoreFileWriter` (the store is resolved now, so one that cannot be reached is
     refused at start), else the local-file protocol of
-    :func:`epic.spark.sink_query.file_sink_writer`."""
+    :func:`epic.spark.sink_query.file_sink_writer` (``ordered``: see there; the planner never
+    asks it of an object store's file, :func:`epic.spark.planner.split_ranked`)."""
     from epic.paths import is_remote
     from epic.spark.sink_query import file_sink_writer
 
     if is_remote(node.sink.path):
+        if ordered is not None:
+            raise ValueError(f"sink {node.name!r}: an object store's file is not merged in order")
         uri = node.sink.path
         resolve(uri, f"sink {node.name!r}")
         return ObjectStoreFileWriter(node, uri, checkpoint=checkpoint, workdir=workdir)
-    return file_sink_writer(node, checkpoint=checkpoint, workdir=workdir)
+    return file_sink_writer(node, checkpoint=checkpoint, workdir=workdir, ordered=ordered)

@@ -106,15 +106,35 @@ def ranked_window(n) -> bool:
             and not isinstance(n.spec, (PredicateWindow, SnapshotWindow, CountByStartWindow)))
 
 
+def merging_sink(n) -> bool:
+    """``n`` is a sink that, after a keyed time or count window over several partitions in its
+    own query, restores ``epic run``'s order from the partitions' parts of each micro-batch
+    itself: a local CSV or Parquet file (its commit merges them:
+    :func:`epic.spark.sink_query.file_sink_writer`, ``ordered``) or a collect or console sink
+    (their readers merge them: :func:`epic.spark.sink_query.sink_tables`). Not a topic sink
+    (other programs read it) nor a file on an object store."""
+    from epic.paths import is_remote
+    from epic.sinks import CollectSink, ConsoleSink, CsvSink, ParquetSink
+
+    if not isinstance(n, SinkNode):
+        return False
+    if isinstance(n.sink, (CsvSink, ParquetSink)):
+        return not is_remote(n.sink.path)
+    return isinstance(n.sink, (CollectSink, ConsoleSink))
+
+
 def split_ranked(groups: list[list]) -> list[list]:
     """Over several partitions, a group that runs nodes after a keyed time or count window
-    and does not end in a sink ends at the window instead: its output topic then carries the
-    window's rows with their ranks, merged into ``epic run``'s order by the next query, which
-    runs the nodes after it (those nodes would lose the ranks)."""
+    ends at the window instead, unless the only node after it is a sink that merges the
+    partitions' rows itself (:func:`merging_sink`): the window's output topic then carries its
+    rows with their ranks, merged into ``epic run``'s order by the next query, which runs the
+    nodes after it (those nodes would lose the ranks, and a topic sink or a file on an object
+    store would hold the partitions' rows one part after the other)."""
     out = []
     for g in groups:
         cut = next((i for i, n in enumerate(g) if ranked_window(n)), None)
-        if cut is None or cut == len(g) - 1 or isinstance(g[-1], SinkNode):
+        if (cut is None or cut == len(g) - 1
+                or (cut == len(g) - 2 and merging_sink(g[-1]))):
             out.append(g)
         else:
             out += [g[:cut + 1], g[cut + 1:]]
@@ -511,9 +531,17 @@ class DeployPlan:
         return self.partitions
 
     def ranked(self, n) -> bool:
-        """``n``'s output topic carries ``_rank`` (:func:`ranked_window`, over several
-        partitions; not when its output stays inside its query)."""
-        return self.partitions > 1 and ranked_window(n) and n.name not in self.internal
+        """``n``'s output rows carry ``_rank`` (:func:`ranked_window`, over several
+        partitions): on its output topic, or, when its output stays inside its query, to the
+        sink after it (:func:`split_ranked` leaves nothing else after it there)."""
+        return self.partitions > 1 and ranked_window(n)
+
+    def ordered_sink(self, sink: SinkNode) -> str | None:
+        """The time column of ``sink``'s input when it reads a ranked window in its own query
+        (:func:`merging_sink`): its rows then carry their merge keys to its writer (a file
+        sink's commit, a collect or console sink's topic), else None."""
+        src = self.t.node(sink.input.node)
+        return sink.input.time if src.name in self.internal and self.ranked(src) else None
 
     # -- topics ----------------------------------------------------------------------------
     def create_topics(self) -> None:
@@ -527,6 +555,10 @@ class DeployPlan:
         for n in self.sinks:
             if self._topic_sink(n):
                 out = n.sink.output_schema(n.input.schema)
+                if self.ordered_sink(n) is not None:
+                    from epic.spark.sink_query import MERGE_KEYS
+
+                    out = pa.schema(list(out) + [pa.field(k, pa.int64()) for k in MERGE_KEYS])
                 self._create(n, self.sink_topic(n), out,
                              n.input.time if n.input.time in out.names else None, n.input.unit)
         if self.retention:
@@ -686,10 +718,12 @@ class DeployPlan:
                 pa.schema([f.with_nullable(True) for f in schema])), opts)
 
         if sink is not None and isinstance(sink.sink, (CsvSink, ParquetSink)):
-            outputs = [Output("file", file_writer(sink, checkpoint=ckpt, workdir=self.workdir),
-                              sink=sink)]
+            # after a ranked window in this group: the commit merges the partitions' parts
+            outputs = [Output("file", file_writer(sink, checkpoint=ckpt, workdir=self.workdir,
+                                                  ordered=self.ordered_sink(sink)), sink=sink)]
         elif sink is not None:
-            outputs = [Output("topic", topic_writer(self.sink_topic(sink)), sink=sink)]
+            outputs = [Output("topic", topic_writer(self.sink_topic(sink)), sink=sink,
+                              keys=self.ordered_sink(sink))]
         elif isinstance(last, SplitNode):
             outputs = [Output("topic", topic_writer(self.stream_topic(x)), port=x.port)
                        for x in last.outputs if (x.node, x.port) not in self.inner_streams]

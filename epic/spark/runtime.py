@@ -643,8 +643,15 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
     collected = {}
     from epic.sinks import CollectSink
 
+    import pyarrow as pa
+
+    from epic.spark.sink_query import MERGE_KEYS, sink_tables
+
     for n in sinks:
         if isinstance(n.sink, CollectSink):
-            t = Topic.open(plan.sink_topic(n)).read_table()
-            collected[n.name] = t
+            topic = Topic.open(plan.sink_topic(n))
+            tables = [t for _, t in sink_tables(topic)]
+            collected[n.name] = (pa.concat_tables(tables) if tables else pa.schema(
+                [f for f in topic.schema if f.name not in MERGE_KEYS],
+                metadata=topic.schema.metadata).empty_table())
     return DeployResult(topology.name, wd, elapsed, collected, doc)

@@ -32,6 +32,13 @@ the sidecar's length is where the committed rows end.
 the commit that sees the end of the stream concatenates the parts, in order, into a temp file
 renamed to the final path: their row groups are copied byte for byte under one footer
 (:mod:`epic.parquetcat`; re-encoded only when that cannot be done exactly).
+
+**In order** (``ordered``: the sink reads a keyed time or count window over several partitions
+in its own query). The tasks write their rows and merge keys ``(_step, time, _rank)`` to temp
+Arrow files instead; the commit merges the batch's files by those keys (``epic run``'s order,
+docs/deploy.md "Event time across partitions"), writes the rows as the batch's one part (CSV:
+in place, as partition 0 otherwise does, then checked and recorded as above; Parquet: part 0
+of the batch, the same name on a replay) and deletes the temps.
 """
 
 from __future__ import annotations
@@ -61,8 +68,12 @@ HOLD_ROWS = 1 << 16
 #: a CSV part whose first batch has fewer rows is formatted on the task's thread
 BACKGROUND_ROWS = 4096
 
+#: The merge keys after a sink's columns, in ``ordered`` temp parts and in the topic of a collect
+#: or console sink after a ranked window in its query (``_step``, the stream's time, ``_rank``)
+MERGE_KEYS = ("__epic_step", "__epic_time", "__epic_rank")
+
 __all__ = ["file_sink_writer", "part_message", "read_sidecar", "deploy_id", "shaped_rows",
-           "sidecar_location"]
+           "sidecar_location", "MERGE_KEYS", "merge_order", "sink_tables"]
 
 
 @dataclass(frozen=True)
@@ -172,7 +183,7 @@ def shaped_rows(node, batches):
             got.clear()
 
 
-def file_sink_writer(node, *, checkpoint: str, workdir: str):
+def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None = None):
     """The writer of sink node ``node``'s CSV / Parquet file: ``write(batches)`` in a task returns
     a commit message; ``commit(messages, batch_id)`` / ``abort`` on the driver.
 
@@ -180,6 +191,12 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
         node: the :class:`~epic.topology.SinkNode` (a CSV or Parquet sink).
         checkpoint: the writing query's checkpoint location (for the end-of-stream marker).
         workdir: the deploy's work directory (crash-point counters).
+        ordered: the sink reads a keyed time or count window over several partitions in its
+            own query, whose rows carry ``_step`` and ``_rank``; this is the stream's time
+            column. Each task then writes its rows (the sink's columns and those three keys)
+            to a temp Arrow file, and the commit merges the parts of the micro-batch by
+            ``(_step, time, _rank)``, as :func:`epic.spark.direct.merge_parts` does for a
+            topic, before it writes them: the file holds ``epic run``'s rows in its order.
     """
     from epic.sinks import CsvSink, ParquetSink
 
@@ -283,11 +300,84 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
             raise
         return _Part(None, 0, rows, (start, os.path.getsize(path)))
 
+    def write_keyed(batches, batch_id: int, part: int) -> _Part:
+        """``ordered``: a task's rows as a temp Arrow file, each with its merge keys."""
+        from epic.spark.tags import RANK, STEP
+
+        rows, w, tmp = 0, None, None
+        schema = pa.schema(list(out_schema) + [pa.field(k, pa.int64()) for k in MERGE_KEYS])
+        try:
+            for b in batches:
+                if not b.num_rows:
+                    continue
+                keys = [b.column(c) for c in (STEP, ordered, RANK)]
+                for x in shaped_rows(node, [b]):
+                    if w is None:
+                        os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
+                        tmp = os.path.join(meta, "_tmp",
+                                           f"b{batch_id}.p{part}.{uuid.uuid4().hex}.arrow")
+                        w = pa.ipc.new_file(tmp, schema)
+                    w.write_batch(pa.RecordBatch.from_arrays(
+                        list(x.columns) + [k.cast(pa.int64()) for k in keys], schema=schema))
+                    rows += x.num_rows
+            if w is not None:
+                w.close()
+        except BaseException:
+            if w is not None:
+                try:
+                    w.close()
+                finally:
+                    _remove(tmp)
+            raise
+        return _Part(tmp, part, rows)
+
+    def merged(parts) -> pa.Table | None:
+        """``ordered``: the rows of a micro-batch's temp Arrow parts (in part order) merged by
+        ``(_step, time, _rank)`` (a stable sort: a key's rows are all in one part, in order),
+        without the keys."""
+        tables = []
+        for m in parts:
+            with pa.memory_map(m.path) as src:
+                tables.append(pa.ipc.open_file(src).read_all())
+        if not tables:
+            return None
+        return merge_order(pa.concat_tables(tables)).select(out_schema.names)
+
+    def write_merged(parts, batch_id: int, rec: dict | None) -> _Part | None:
+        """``ordered``: the merged rows of a micro-batch written as its one part. CSV: into
+        the file in place, right after the committed length, as partition 0 does otherwise
+        (the caller holds the file's lock); Parquet: part 0 of the batch (a replay writes the
+        same name). None without rows."""
+        t = merged(parts)
+        if t is None or not t.num_rows:
+            return None
+        if is_csv:
+            return _write_rows_in_place(t.to_batches(max_chunksize=HOLD_ROWS), batch_id, rec)
+        import pyarrow.parquet as pq
+
+        os.makedirs(os.path.join(meta, "parts"), exist_ok=True)
+        final = os.path.join(meta, "parts", f"b{batch_id:012d}.p{0:05d}."
+                             f"{deploy_id(workdir) or 'local'}.parquet")
+        try:
+            with atomic_path(final, tmp_dir=os.path.join(meta, "_tmp")) as tmp, \
+                    pq.ParquetWriter(tmp, out_schema, **sink.writer_options(out_schema)) as w:
+                w.write_table(pa.Table.from_arrays(t.columns, schema=out_schema),
+                              row_group_size=PARQUET_GROUP_ROWS)
+        except OSError as exc:
+            from epic.errors import OutputError
+
+            raise OutputError(path, exc, what=f"cannot commit micro-batch {batch_id}",
+                              fix="free space and rerun the same epic deploy: it resumes from "
+                                  "the last committed batch") from None
+        return _Part(final, 0, t.num_rows)
+
     class FileSinkWriter:
         def write(self, iterator):
             prepare_worker()
             batch_id, part = task_ids()
             schema = out_schema
+            if ordered is not None:
+                return write_keyed(iterator, batch_id, part)
             if is_csv and part == 0:
                 return write_in_place(shaped(iterator), batch_id)
             if is_csv:
@@ -359,11 +449,25 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
             owner = deploy_id(workdir)
             rec = read_sidecar(path, owner)
             if rec is not None and batchId <= rec["batch"]:
-                if is_csv:
+                if is_csv or ordered is not None:
                     for m in parts:
                         _remove(m.path)
                 return
             rows = (rec or {}).get("rows", 0) + sum(m.rows for m in parts + placed)
+            if ordered is not None:
+                try:
+                    if is_csv:
+                        with _file_lock(meta):
+                            one = write_merged(parts, batchId, rec)
+                            self._commit_csv(messages, batchId, rec, [],
+                                             [] if one is None else [one], rows, eos, owner)
+                        return
+                    write_merged(parts, batchId, rec)
+                finally:
+                    for m in parts:
+                        _remove(m.path)
+                self._commit_parquet(batchId, rows, eos, owner)
+                return
             if is_csv:
                 with _file_lock(meta):
                     self._commit_csv(messages, batchId, rec, parts, placed, rows, eos, owner)
@@ -373,7 +477,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
         def _commit_csv(self, messages, batchId, rec, parts, placed, rows, eos, owner):
             from epic.errors import OutputError, StateError
 
-            if messages and not any(m.part == 0 for m in messages):
+            if messages and ordered is None and not any(m.part == 0 for m in messages):
                 # partition 0 writes in place: without its message its rows (if any) cannot
                 # be told from a failed attempt's
                 raise StateError(f"{path}: micro-batch {batchId} has no message from "
@@ -464,7 +568,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                                   "deploy": owner, **({"join": join} if eos else {})})
 
         def abort(self, messages, batchId):
-            if is_csv:
+            if is_csv or ordered is not None:
                 for m in messages or []:
                     if m is not None and m.path:
                         _remove(m.path)
@@ -473,6 +577,41 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str):
                 # query's outputs commit one after another, and abort follows any failure).
 
     return FileSinkWriter()
+
+
+def merge_order(t: pa.Table) -> pa.Table:
+    """``t`` (parts of one micro-batch, in part order, with :data:`MERGE_KEYS`) sorted stably by
+    ``(_step, time, _rank)``: ``epic run``'s order (:func:`epic.spark.direct.merge_parts`)."""
+    import numpy as np
+
+    step, time, rank = (t.column(k).to_numpy() for k in MERGE_KEYS)
+    order = np.lexsort((rank, time, step))
+    if np.array_equal(order, np.arange(len(order))):
+        return t
+    return t.take(pa.array(order))
+
+
+def sink_tables(topic, start: int = 0):
+    """``(next seq, rows)`` of a collect or console sink's topic from segment ``start`` on: one
+    table per segment, or per micro-batch when its parts carry :data:`MERGE_KEYS` (a ranked
+    window over several partitions in the sink's query), merged into ``epic run``'s order. The
+    keys are dropped. (A segment is visible only with every part of its batch.)"""
+    segs = topic.segments(start)
+    keyed = MERGE_KEYS[0] in topic.schema.names
+    names = [n for n in topic.schema.names if n not in MERGE_KEYS]
+    i = 0
+    while i < len(segs):
+        j = i + 1
+        if keyed:
+            while (j < len(segs) and (segs[j].producer, segs[j].batch_id)
+                   == (segs[i].producer, segs[i].batch_id)):
+                j += 1
+        batches = [b for s in segs[i:j] for b in topic.read_segment(s)[1]]
+        t = pa.Table.from_batches(batches, schema=topic.schema)
+        if keyed:
+            t = (merge_order(t) if j - i > 1 else t).select(names)
+        yield segs[j - 1].seq + 1, t
+        i = j
 
 
 def _own_parts(pdir: str, owner: str | None, workdir: str) -> list[str]:

@@ -24,9 +24,9 @@ from test_recovery import _lines, reference  # noqa: F401 - fixture
 pytestmark = pytest.mark.spark
 
 
-def _deploy(topo, wd, out, crash=None, params=(), opts=(), trace=None):
-    """test_recovery's subprocess deploy, with --fuse (``params``: more topology parameters;
-    ``opts``: more deploy options; ``trace``: an EPIC_TRACE file)."""
+def _deploy(topo, wd, out, crash=None, params=(), opts=(), trace=None, fuse=True):
+    """test_recovery's subprocess deploy, with --fuse unless ``fuse`` is False (``params``:
+    more topology parameters; ``opts``: more deploy options; ``trace``: an EPIC_TRACE file)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID", "EPIC_TRACE")}
     if crash:
@@ -34,7 +34,8 @@ def _deploy(topo, wd, out, crash=None, params=(), opts=(), trace=None):
     if trace:
         env["EPIC_TRACE"] = str(trace)
     cmd = [sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir", str(wd),
-           "--batch-rows", "500", "--no-progress", "--timeout", "240", "--fuse", *opts, "--",
+           "--batch-rows", "500", "--no-progress", "--timeout", "240",
+           *(("--fuse",) if fuse else ()), *opts, "--",
            "--out", str(out), *params]
     return subprocess.run(cmd, env=env, start_new_session=True, capture_output=True, text=True,
                           timeout=300)
@@ -70,11 +71,18 @@ def test_plan_groups():
     assert "merge_by_time+debs_splitter" in [group_name(g) for g in plan_groups(full)]
     # ... and the groups after it that run in one task are attached to its query: Q1's running
     # process, Q2 and Q4 whole, Q3's heat map; the keyed windows of Q1 and Q3 stay queries.
-    plan = DeployPlan(full, "/tmp/x/wd", partitions=2, fuse=True, batch_rows=1000)
+    plan = DeployPlan(full, "/tmp/x/wd", partitions=1, fuse=True, batch_rows=1000)
     # The two readers feed only the merge: its query plans them (inlets, plan_inlets).
     assert [plan.unit_name(u) for u in plan.units] == [
         "event_reader+mark_events+interrupt_reader+merge_by_time+debs_splitter",
         "q1b_1M_window+q1b_1M_rows+q1b_1M_csv~4", "q3_1M_window+q3_1M_rows+q3_1M_csv~4"]
+    # Over 2 partitions the keyed windows' rows reach their flat maps through topics, merged
+    # into epic run's order (planner.split_ranked): the maps and sinks are queries of their own.
+    plan2 = DeployPlan(full, "/tmp/x/wd", partitions=2, fuse=True, batch_rows=1000)
+    two = [plan2.unit_name(u) for u in plan2.units]
+    assert two[:3] == ["event_reader+mark_events+interrupt_reader+merge_by_time+debs_splitter",
+                       "q1b_1M_window~4", "q1b_1M_rows+q1b_1M_csv"], two
+    assert "q3_1M_window~4" in two and "q3_landmark_rows+q3_landmark_csv" in two, two
     assert [unit_name(u) for u in plan.units][0] == "merge_by_time+debs_splitter"
     assert {"q1_running", "q2_ball_hitter", "q4_shots", "q2team_landmark_window", "q3_heatmap",
             "q1a_csv"} <= set(plan.attached)
@@ -98,7 +106,7 @@ def test_with_a_live_source_or_source_first_the_other_queries_tasks_run_niced(tm
 
     def nice(topology, **kw):
         plan = DeployPlan(topology, str(tmp_path / f"wd{len(os.listdir(tmp_path))}"),
-                          partitions=2, fuse=True, batch_rows=1000, **kw)
+                          partitions=1, fuse=True, batch_rows=1000, **kw)
         plan.create_topics()
         return {q.name.split("+")[0]: q.make_planner.args[0].nice for q in plan.queries()}
 
@@ -641,3 +649,56 @@ def test_consumers_of_a_partitioned_window_equal_run_after_kills(tmp_path, crash
     # the map left the window's query: it runs in its consumer's (beside 'cnt', a sibling)
     assert "readings+pairs" in queries and any(q.startswith("plus+tops+tops_out")
                                                for q in queries), list(queries)
+
+
+ORDERED = _readings("ordered", 3, 6) + textwrap.dedent('''
+    w = topology.window("tumble", s, epic.tumbling(0.2, origin=0), key="k", late="drop",
+                        aggregates=[epic.count("n"), epic.sum("v", name="total")])
+    topology.sink("tumble_out", w, epic.csv_sink(os.path.join(out, "tumble.csv")))
+    f = topology.window("few", s, epic.few_time(0.5, 0.2, 0.1, origin=0), key="k", late="drop",
+                        aggregates=[epic.count("n"), epic.max("v")])
+    topology.sink("few_out", f, epic.parquet_sink(os.path.join(out, "few.parquet")))
+    sl = topology.window("slide", s, epic.sliding(0.4, 0.1, origin=0), key="k", late="drop",
+                         aggregates=[epic.count("n")])
+    topology.sink("slide_out", topology.map("slide_plus", sl, lambda b: b),
+                  epic.csv_sink(os.path.join(out, "slide.csv")))
+    c = topology.window("counts", s, epic.tumbling_count(5), key="k", late="drop",
+                        aggregates=[epic.sum("v", name="total")])
+    topology.sink("counts_out", c, epic.topic_sink(os.path.join(out, "counts")))
+''')
+
+
+@pytest.mark.parametrize("fuse,crash", [(True, "sink-commit:3"),
+                                        pytest.param(False, "sink-commit:5",
+                                                     marks=pytest.mark.slow)])
+def test_files_of_a_partitioned_window_are_in_run_order_also_after_kills(tmp_path, fuse, crash):
+    """Keyed windows over 2 partitions written straight to a CSV, a Parquet file and a topic
+    (and through a map to a CSV): each file holds epic run's rows **in epic run's order**
+    (docs/deploy.md, "Event time across partitions"), also when the deploy is SIGKILLed in a
+    sink's commit and rerun. Every key of the windows ends on the same instants, so each
+    micro-batch's rows come from both partitions and only the merge by (time, rank) orders them."""
+    import pyarrow.parquet as pq
+
+    from epic.topics import Topic
+
+    topo = _topology_file(str(tmp_path), "ordered", ORDERED)
+    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
+
+    def files(d):
+        return {"tumble": (d / "tumble.csv").read_text().splitlines(),
+                "slide": (d / "slide.csv").read_text().splitlines(),
+                "few": pq.read_table(d / "few.parquet").to_pylist(),
+                "counts": Topic.open(d / "counts").read_table().select(
+                    ["k", "window_start", "window_end", "total"]).to_pylist()}
+
+    want = files(tmp_path / "ref")
+    assert all(len(v) > 100 for v in want.values()), {k: len(v) for k, v in want.items()}
+    opts = ("--partitions", "2")
+    run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, opts=opts, fuse=fuse)
+    assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
+    last = _deploy(topo, tmp_path / "wd", tmp_path / "out", opts=opts, fuse=fuse)
+    assert last.returncode == 0, last.stderr[-3000:]
+    got = files(tmp_path / "out")
+    for name in want:
+        assert sorted(map(repr, got[name])) == sorted(map(repr, want[name])), name
+        assert got[name] == want[name], name
