@@ -71,6 +71,31 @@ def test_parquet_rows_equal_csv_rows(both):
     assert nonempty >= 12, "most streams must have rows, or the comparison proves little"
 
 
+def test_parquet_files_are_written_with_their_options(both):
+    """docs/debs2013.md, "Parquet": statistics on the non-string columns only; floats without
+    dictionary but in q3_1M / 5M / 10M; q3_landmark's percentages byte-stream split."""
+    _, p = both
+    seen = 0
+    for f in sorted(OUTPUT_FILES):
+        stem = Path(f).stem
+        md = pq.ParquetFile(p / f"{stem}.parquet").metadata
+        if not md.num_row_groups:
+            continue
+        seen += 1
+        schema = md.schema.to_arrow_schema()
+        for i, field in enumerate(schema):
+            col = md.row_group(0).column(i)
+            assert col.is_stats_set == (not pa.types.is_string(field.type)), (stem, field.name)
+            if pa.types.is_floating(field.type):
+                short_q3 = stem.startswith("q3_") and stem != "q3_landmark"
+                assert col.has_dictionary_page == short_q3, (stem, field.name)
+                assert ("BYTE_STREAM_SPLIT" in col.encodings) == (stem == "q3_landmark"), \
+                    (stem, field.name, col.encodings)
+            else:
+                assert col.has_dictionary_page, (stem, field.name)
+    assert seen >= 12
+
+
 def test_unknown_format_is_refused(game, tmp_path):
     with pytest.raises(epic.EpicError, match="format"):
         load_topology(TOPOLOGY, params={"input": game, "out": str(tmp_path), "format": "json"})
