@@ -232,8 +232,10 @@ class Launcher:
         return None
 
     def print_console(self, printed: dict) -> None:
-        """Print the rows console sinks committed since the last call (``printed``: the next
-        segment per sink, also kept in ``<sink topic>/printed`` across restarts)."""
+        """Print the rows console sinks committed since the last call as ``epic run`` prints
+        them: a header line before the first row, at most the sink's ``limit`` rows
+        (``printed``: per sink ``[next segment, rows printed]``, also kept in
+        ``<sink topic>/printed`` across restarts)."""
         from epic.sinks import ConsoleSink
         from epic.spark.sink_query import sink_tables
 
@@ -243,36 +245,52 @@ class Launcher:
             path = self.plan.sink_topic(n)
             mark = os.path.join(path, "printed")
             if n.name not in printed:
-                try:
-                    if self.plan.loc is not None:  # a remote work directory
-                        from epic.storage import read_small
-
-                        mark_ = read_small(mark)
-                        printed[n.name] = int(mark_) if mark_ is not None else 0
-                    else:
-                        printed[n.name] = int(open(mark).read())
-                except (FileNotFoundError, ValueError):
-                    printed[n.name] = 0
+                printed[n.name] = self._printed_mark(mark)
             try:
                 topic = Topic.open(path)
             except EpicError:
                 continue
-            for after, table in sink_tables(topic, printed[n.name]):
+            limit = n.sink.limit
+            for after, table in sink_tables(topic, printed[n.name][0]):
                 names = table.schema.names
                 for row in table.to_pylist():
+                    if limit is not None and printed[n.name][1] >= limit:
+                        break
+                    if printed[n.name][1] == 0:
+                        print(f"[{n.name}] " + "\t".join(names))
+                    printed[n.name][1] += 1
                     print(f"[{n.name}] " + "\t".join(
                         repr(row[c]) if isinstance(row[c], float) else
                         ("" if row[c] is None else str(row[c])) for c in names))
-                printed[n.name] = after
+                printed[n.name][0] = after
+                text = "%d %d" % tuple(printed[n.name])
                 if self.plan.loc is not None:
                     from epic.storage import publish, resolve
 
                     loc = resolve(mark)
-                    publish(loc.fs, loc.path, str(printed[n.name]).encode())
+                    publish(loc.fs, loc.path, text.encode())
                 else:
                     with open(mark, "w") as f:
-                        f.write(str(printed[n.name]))
+                        f.write(text)
             sys.stdout.flush()
+
+    def _printed_mark(self, mark: str) -> list[int]:
+        """``[next segment, rows printed]`` of a console sink from its mark file (an older
+        epic's holds the segment only: its rows count as printed once, the header with them)."""
+        try:
+            if self.plan.loc is not None:  # a remote work directory
+                from epic.storage import read_small
+
+                raw = read_small(mark)
+                text = "" if raw is None else raw.decode()
+            else:
+                text = open(mark).read()
+            vals = [int(v) for v in text.split()]
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            return [0, 0]
+        if not vals:
+            return [0, 0]
+        return [vals[0], vals[1] if len(vals) > 1 else int(vals[0] > 0)]
 
     # -- stopping --------------------------------------------------------------------------
     def stop(self, drain: float = 0.0) -> None:

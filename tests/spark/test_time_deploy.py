@@ -77,13 +77,13 @@ def _topology(rows: list[dict], batch_rows: int) -> epic.Topology:
     shown = t.window("few_shown", s, epic.few_time(4, 2, 1, lateness=2), key="k",
                      aggregates=[epic.sum("v")])
     t.sink("show", shown, epic.console_sink())
+    t.sink("runs_show", p, epic.console_sink(limit=3))
     return t
 
 
-def _shown(text: str) -> list[str]:
-    """The rows the console sink 'show' printed (epic run prints a header line first)."""
-    lines = [x for x in text.splitlines() if x.startswith("[show] ")]
-    return [x for x in lines if not x.startswith("[show] k\t")]
+def _shown(text: str, sink: str = "show") -> list[str]:
+    """The lines console sink ``sink`` printed (a header line, then its rows)."""
+    return [x for x in text.splitlines() if x.startswith(f"[{sink}] ")]
 
 
 CASES = [
@@ -103,12 +103,18 @@ def test_deploy_equals_run_under_disorder(spark, tmp_path, capsys, partitions, f
     for i, (rows, batch_rows) in enumerate(CASES):
         capsys.readouterr()
         want = epic.run(_topology(rows, batch_rows))
-        printed = _shown(capsys.readouterr().out)
+        printed = capsys.readouterr().out
         result = deploy(_topology(rows, batch_rows), str(tmp_path / f"wd{i}"), spark=spark,
                         timeout=240, fuse=fuse, partitions=partitions, batch_rows=batch_rows,
                         conf={"spark.sql.session.timeZone": "UTC"})
         assert result.status["state"] == "finished"
-        assert len(printed) > 3 and _shown(capsys.readouterr().out) == printed, i
+        # the console prints epic run's lines: its header, then its rows in order
+        got = capsys.readouterr().out
+        assert len(_shown(printed)) > 3 and _shown(got) == _shown(printed), i
+        # a limit: the header and that many rows (the predicate window's order is its own)
+        limited = [_shown(x, "runs_show") for x in (got, printed)]
+        assert [len(x) for x in limited] == ([4, 4] if i else [0, 0]), i
+        assert limited[0][:1] == limited[1][:1], i
         # --conf reaches the session and the resolved settings are recorded in the work dir
         recorded = json.loads((tmp_path / f"wd{i}" / "spark-conf.json").read_text())
         assert recorded["spark.sql.session.timeZone"] == "UTC"
