@@ -640,13 +640,12 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
         if live is not None:
             live.update(status_table(doc))
             live.stop()
-    collected = {}
-    from epic.sinks import CollectSink
-
     import pyarrow as pa
 
+    from epic.sinks import CollectSink
     from epic.spark.sink_query import MERGE_KEYS, sink_tables
 
+    collected = {}
     for n in sinks:
         if isinstance(n.sink, CollectSink):
             topic = Topic.open(plan.sink_topic(n))
