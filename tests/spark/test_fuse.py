@@ -668,15 +668,18 @@ ORDERED = _readings("ordered", 3, 6) + textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("fuse,crash", [(True, "sink-commit:3"),
-                                        pytest.param(False, "sink-commit:5",
-                                                     marks=pytest.mark.slow)])
-def test_files_of_a_partitioned_window_are_in_run_order_also_after_kills(tmp_path, fuse, crash):
-    """Keyed windows over 2 partitions written straight to a CSV, a Parquet file and a topic
-    (and through a map to a CSV): each file holds epic run's rows **in epic run's order**
+@pytest.mark.parametrize("fuse,crash,partitions", [
+    (True, "sink-commit:3", "2"),
+    pytest.param(False, "sink-commit:5", "2", marks=pytest.mark.slow),
+    pytest.param(True, "node-state:7", "3", marks=pytest.mark.slow)])
+def test_files_of_a_partitioned_window_are_in_run_order_also_after_kills(tmp_path, fuse, crash,
+                                                                         partitions):
+    """Keyed windows over 2 or 3 partitions written straight to a CSV, a Parquet file and a
+    topic (and through a map to a CSV): each file holds epic run's rows **in epic run's order**
     (docs/deploy.md, "Event time across partitions"), also when the deploy is SIGKILLed in a
-    sink's commit and rerun. Every key of the windows ends on the same instants, so each
-    micro-batch's rows come from both partitions and only the merge by (time, rank) orders them."""
+    sink's commit or after a window's snapshot and rerun. Every key of the windows ends on the
+    same instants, so each micro-batch's rows come from every partition and only the merge by
+    (time, rank) orders them."""
     import pyarrow.parquet as pq
 
     from epic.topics import Topic
@@ -693,7 +696,7 @@ def test_files_of_a_partitioned_window_are_in_run_order_also_after_kills(tmp_pat
 
     want = files(tmp_path / "ref")
     assert all(len(v) > 100 for v in want.values()), {k: len(v) for k, v in want.items()}
-    opts = ("--partitions", "2")
+    opts = ("--partitions", partitions)
     run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, opts=opts, fuse=fuse)
     assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
     last = _deploy(topo, tmp_path / "wd", tmp_path / "out", opts=opts, fuse=fuse)
