@@ -289,6 +289,8 @@ def merge_parts(plan: GroupPlan, items, time: str) -> Iterator[pa.RecordBatch]:
     the same in every partition). ``epic run`` emits the same rows in that order over all keys,
     so a stable sort of the parts' rows by ``(_step, time, _rank)`` restores it: downstream
     nodes see the stream ``epic run`` gives them (late rows, count windows, ties)."""
+    from epic.spark.sink_query import merge_order
+
     a = 0
     while a < len(items):
         grp = _part_batch(items[a])
@@ -300,11 +302,7 @@ def merge_parts(plan: GroupPlan, items, time: str) -> Iterator[pa.RecordBatch]:
         else:
             batches = list(_read_files(plan, items[a:b]))
             if batches:
-                t = pa.Table.from_batches(batches)
-                order = np.lexsort((t.column(RANK).to_numpy(), t.column(time).to_numpy(),
-                                    t.column(STEP).to_numpy()))
-                if not np.array_equal(order, np.arange(len(order))):
-                    t = t.take(pa.array(order))
+                t = merge_order(pa.Table.from_batches(batches), (STEP, time, RANK))
                 yield from t.combine_chunks().to_batches()
         a = b
 
@@ -381,12 +379,12 @@ def _shape(sink_node, it, keys: str | None = None) -> Iterator[pa.RecordBatch]:
     import time
 
     from epic.operator import ENTRY_COLUMN
-    from epic.spark.sink_query import MERGE_KEYS
+    from epic.spark.sink_query import MERGE_KEYS, with_merge_keys
 
     sink = sink_node.sink
     out = sink.output_schema(sink_node.input.schema)
     if keys is not None:
-        it = _with_merge_keys(it, keys)
+        it = with_merge_keys(it, keys)
         out = pa.schema(list(out) + [pa.field(k, pa.int64()) for k in MERGE_KEYS])
     for b in it:
         if not b.num_rows:
@@ -401,16 +399,6 @@ def _shape(sink_node, it, keys: str | None = None) -> Iterator[pa.RecordBatch]:
                 c = b.column(f.name)
                 cols.append(c if c.type == f.type else c.cast(f.type))
         yield pa.RecordBatch.from_arrays(cols, schema=out)
-
-
-def _with_merge_keys(it, time: str) -> Iterator[pa.RecordBatch]:
-    """A ranked window's rows with their merge keys ``_step``, ``time``, ``_rank`` copied into
-    :data:`epic.spark.sink_query.MERGE_KEYS` columns (the sink's columns may drop those)."""
-    from epic.spark.sink_query import MERGE_KEYS
-
-    for b in it:
-        cols = list(b.columns) + [b.column(c).cast(pa.int64()) for c in (STEP, time, RANK)]
-        yield pa.RecordBatch.from_arrays(cols, names=b.schema.names + list(MERGE_KEYS))
 
 
 def _encode(index: int, msg) -> bytes:

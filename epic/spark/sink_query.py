@@ -49,6 +49,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass
+from typing import Iterator
 
 import pyarrow as pa
 
@@ -73,7 +74,7 @@ BACKGROUND_ROWS = 4096
 MERGE_KEYS = ("__epic_step", "__epic_time", "__epic_rank")
 
 __all__ = ["file_sink_writer", "part_message", "read_sidecar", "deploy_id", "shaped_rows",
-           "sidecar_location", "MERGE_KEYS", "merge_order", "sink_tables"]
+           "sidecar_location", "MERGE_KEYS", "merge_order", "sink_tables", "with_merge_keys"]
 
 
 @dataclass(frozen=True)
@@ -300,26 +301,22 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
             raise
         return _Part(None, 0, rows, (start, os.path.getsize(path)))
 
-    def write_keyed(batches, batch_id: int, part: int) -> _Part:
-        """``ordered``: a task's rows as a temp Arrow file, each with its merge keys."""
-        from epic.spark.tags import RANK, STEP
-
+    def write_temp(batches, batch_id: int, part: int, ext: str, open_writer) -> _Part:
+        """A task's rows streamed into a temp part ``<meta>/_tmp/b<B>.p<part>.<uuid>.<ext>``
+        (opened by ``open_writer(path, first batch)`` at the first row; removed on a failure),
+        not fsynced: a crash before the commit replays the batch, which writes new parts."""
         rows, w, tmp = 0, None, None
-        schema = pa.schema(list(out_schema) + [pa.field(k, pa.int64()) for k in MERGE_KEYS])
         try:
             for b in batches:
                 if not b.num_rows:
                     continue
-                keys = [b.column(c) for c in (STEP, ordered, RANK)]
-                for x in shaped_rows(node, [b]):
-                    if w is None:
-                        os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
-                        tmp = os.path.join(meta, "_tmp",
-                                           f"b{batch_id}.p{part}.{uuid.uuid4().hex}.arrow")
-                        w = pa.ipc.new_file(tmp, schema)
-                    w.write_batch(pa.RecordBatch.from_arrays(
-                        list(x.columns) + [k.cast(pa.int64()) for k in keys], schema=schema))
-                    rows += x.num_rows
+                if w is None:
+                    os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
+                    tmp = os.path.join(meta, "_tmp",
+                                       f"b{batch_id}.p{part}.{uuid.uuid4().hex}.{ext}")
+                    w = open_writer(tmp, b)
+                w.write(b)
+                rows += b.num_rows
             if w is not None:
                 w.close()
         except BaseException:
@@ -330,6 +327,19 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
                     _remove(tmp)
             raise
         return _Part(tmp, part, rows)
+
+    def keyed_rows(batches):
+        """``ordered``: the sink's rows, each with its merge keys after its columns."""
+        schema = pa.schema(list(out_schema) + [pa.field(k, pa.int64()) for k in MERGE_KEYS])
+        for kb in with_merge_keys(batches, ordered):
+            for x in shaped_rows(node, [kb]):
+                yield pa.RecordBatch.from_arrays(list(x.columns) + kb.columns[-len(MERGE_KEYS):],
+                                                 schema=schema)
+
+    def write_keyed(batches, batch_id: int, part: int) -> _Part:
+        """``ordered``: a task's rows as a temp Arrow file, each with its merge keys."""
+        return write_temp(keyed_rows(batches), batch_id, part, "arrow",
+                          lambda tmp, b: pa.ipc.new_file(tmp, b.schema))
 
     def merged(parts) -> pa.Table | None:
         """``ordered``: the rows of a micro-batch's temp Arrow parts (in part order) merged by
@@ -381,32 +391,11 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
             if is_csv and part == 0:
                 return write_in_place(shaped(iterator), batch_id)
             if is_csv:
-                # Streamed: a micro-batch of DEBS Q3 heat-map rows is ~10^8 CSV rows.
-                rows, w, tmp = 0, None, None
-                try:
-                    for b in shaped(iterator):
-                        if w is None:
-                            os.makedirs(os.path.join(meta, "_tmp"), exist_ok=True)
-                            tmp = os.path.join(meta, "_tmp",
-                                               f"b{batch_id}.p{part}.{uuid.uuid4().hex}.csv")
-                            w = row_writer(tmp, b)
-                        w.write(b)
-                        rows += b.num_rows
-                except BaseException:
-                    if w is not None:
-                        try:
-                            w.close()
-                        finally:
-                            _remove(tmp)
-                    raise
-                if w is None:
-                    return _Part(None, part, 0)
-                # Not fsynced: the commit copies the part into the file and fsyncs that; a crash
-                # before it replays the batch, which writes new parts. So a part's bytes need not
-                # reach the disk at all (it is deleted after the commit), which halves a CSV
-                # sink's disk writes.
-                w.close()
-                return _Part(tmp, part, rows)
+                # Streamed: a micro-batch of DEBS Q3 heat-map rows is ~10^8 CSV rows. Not
+                # fsynced: the commit copies the part into the file and fsyncs that, and the
+                # part is deleted after it, so its bytes need not reach the disk at all (which
+                # halves a CSV sink's disk writes).
+                return write_temp(shaped(iterator), batch_id, part, "csv", row_writer)
             # Streamed batch by batch into the part (a micro-batch of Q3 heat-map rows does not
             # fit in memory at once); a part without rows is not written.
             it = (b for b in shaped(iterator) if b.num_rows)
@@ -579,12 +568,23 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
     return FileSinkWriter()
 
 
-def merge_order(t: pa.Table) -> pa.Table:
-    """``t`` (parts of one micro-batch, in part order, with :data:`MERGE_KEYS`) sorted stably by
-    ``(_step, time, _rank)``: ``epic run``'s order (:func:`epic.spark.direct.merge_parts`)."""
+def with_merge_keys(it, time: str) -> Iterator[pa.RecordBatch]:
+    """A ranked window's rows with their merge keys ``_step``, ``time``, ``_rank`` copied into
+    :data:`MERGE_KEYS` columns after them (a sink's columns may drop those)."""
+    from epic.spark.tags import RANK, STEP
+
+    for b in it:
+        cols = list(b.columns) + [b.column(c).cast(pa.int64()) for c in (STEP, time, RANK)]
+        yield pa.RecordBatch.from_arrays(cols, names=b.schema.names + list(MERGE_KEYS))
+
+
+def merge_order(t: pa.Table, keys: tuple = MERGE_KEYS) -> pa.Table:
+    """``t`` (parts of one micro-batch, in part order) sorted stably by its ``keys`` columns,
+    ``(_step, time, _rank)``: ``epic run``'s order. A key's rows are all in one part, in
+    order, so the stable sort merges the parts."""
     import numpy as np
 
-    step, time, rank = (t.column(k).to_numpy() for k in MERGE_KEYS)
+    step, time, rank = (t.column(k).to_numpy() for k in keys)
     order = np.lexsort((rank, time, step))
     if np.array_equal(order, np.arange(len(order))):
         return t
