@@ -1,6 +1,8 @@
 """Time-ordered merge: order, ties, a late input, an idle input, snapshots."""
 
 import pyarrow as pa
+from hypothesis import given
+from hypothesis import strategies as st
 import pytest
 
 import epic
@@ -98,3 +100,29 @@ def test_merge_in_a_topology_with_a_late_starting_and_an_early_ending_input():
     assert keys == sorted(keys)
     assert len(got) == 334 + 2 + 50
     assert res.nodes["merged"].late_rows == 0
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 30), max_size=6),
+                          st.booleans(), st.integers(0, 3)), max_size=12),
+       st.booleans())
+def test_merge_equals_a_sort_of_everything_for_any_cuts_and_watermarks(events, snapshot):
+    """Brute force: with no late rows, the merged output is every row sorted by (time, input,
+    arrival), whatever the batch cuts, the watermarks, the inputs' own order (sorted runs take
+    the slicing path, disordered ones the sorting one) and a snapshot/restore in between."""
+    m = MergeOperator(3, SCH, "ts")
+    sent, out = [], []
+    wm = [0, 0, 0]
+    for k, (i, ts, sort, step) in enumerate(events):
+        ts = [t for t in (sorted(ts) if sort else ts) if t >= wm[i]]
+        if ts:
+            out += m.on_batch(batch(ts, str(i)), input=i)
+            sent += [(t, i, len(sent) + j) for j, t in enumerate(ts)]
+        wm[i] += step
+        out += m.on_watermark(wm[i], input=i)
+        if snapshot and k % 3 == 2:
+            data = m.snapshot()
+            m = MergeOperator(3, SCH, "ts")
+            m.restore(data)
+    out += m.on_end()
+    assert m.late_rows == 0
+    assert rows(out) == [(t, str(i)) for t, i, _ in sorted(sent)]

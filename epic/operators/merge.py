@@ -149,21 +149,62 @@ class MergeOperator:
         self._frontier = f
         if not self._pending:
             return []
+        runs = self._sorted_runs(f)
+        if runs is not None:
+            out, self._pending = runs
+        else:
+            out = self._sort_release(f)
+        return [pa.RecordBatch.from_arrays(b.drop_columns([_IN, _SEQ]).columns,
+                                           schema=self.output_schema)
+                for b in out if b.num_rows]
+
+    def _sorted_runs(self, f: int):
+        """The common case, each input's pending rows already in time order (a big sorted
+        stream merged with a sparse one): the ready rows of each input are a prefix, and the
+        output is the inputs' runs between each other's rows, as zero-copy slices. None when an
+        input is out of order or the inputs interleave finely (then :meth:`_sort_release`)."""
+        tables, times = [], []
+        for i in range(self.n):
+            batches = [b for b in self._pending if b.column(_IN)[0].as_py() == i]
+            if not batches:
+                continue
+            table = pa.Table.from_batches(batches)
+            t = _times(table, self.time)
+            if not bool((t[1:] >= t[:-1]).all()):
+                return None
+            tables.append(table)
+            times.append(t)
+        ready = [int(np.searchsorted(t, f, side="left")) for t in times]
+        if not any(ready):
+            return [], self._pending
+        # (time, input) order of the ready rows: a stable sort of the inputs' sorted runs
+        cat = np.concatenate([t[:k] for t, k in zip(times, ready)])
+        order = np.argsort(cat, kind="stable")
+        first = np.cumsum([0] + ready[:-1])   # each input's first position in ``cat``
+        src = np.searchsorted(first, order, side="right") - 1
+        cuts = np.flatnonzero((np.diff(order) != 1) | (np.diff(src) != 0)) + 1
+        if len(cuts) > 64:
+            return None
+        out = []
+        for a, b in zip(np.concatenate([[0], cuts]).tolist(),
+                        np.concatenate([cuts, [len(order)]]).tolist()):
+            j = int(src[a])
+            out.extend(tables[j].slice(int(order[a] - first[j]), b - a).to_batches())
+        pending = [b for tb, k in zip(tables, ready) for b in tb.slice(k).to_batches()
+                   if b.num_rows]
+        return out, pending
+
+    def _sort_release(self, f: int) -> list[pa.RecordBatch]:
+        """Any order: sort the pending rows by (time, input, arrival) and release the ready."""
         table = pa.Table.from_batches(self._pending).combine_chunks()
         times = _times(table, self.time)
         ready = times < f
-        if not ready.any():
-            return []
-        order_keys = np.lexsort((table.column(_SEQ).to_numpy(), table.column(_IN).to_numpy(),
-                                 times))
+        order_keys = np.lexsort((one_array(table.column(_SEQ)).to_numpy(),
+                                 one_array(table.column(_IN)).to_numpy(), times))
         ready_sorted = order_keys[ready[order_keys]]
-        out = table.take(pa.array(ready_sorted)).drop_columns([_IN, _SEQ])
         rest = table.filter(pa.array(~ready))
         self._pending = rest.to_batches() if rest.num_rows else []
-        if not out.num_rows:
-            return []
-        return [pa.RecordBatch.from_arrays([one_array(c) for c in out.columns],
-                                           schema=self.output_schema)]
+        return table.take(pa.array(ready_sorted)).to_batches()
 
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
