@@ -191,7 +191,7 @@ class RunningOperator:
         self._inst_done = _NO    # last q1a emission instant written
         self._inc_done = None    # slices before this grid point have been released
         self._ended = False
-        self._q1a_held: list = []  # q1a rows waiting for earlier closing rows (ts_stop order)
+        self._q1a_held = _Rows.empty()  # q1a rows waiting for earlier closing rows (ts_stop order)
 
     # -- state ------------------------------------------------------------------------------
     @staticmethod
@@ -210,7 +210,7 @@ class RunningOperator:
         return serde.pack_state("debs2013.q1/1", {"players": players,
                             "frontier": self._frontier, "inst_done": self._inst_done,
                             "inc_done": self._inc_done, "ended": self._ended,
-                            "q1a_held": [list(r) for r in self._q1a_held]})
+                            "q1a_held": self._q1a_held.tolist()})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpack_state(data, "debs2013.q1/1")
@@ -225,7 +225,7 @@ class RunningOperator:
         self._inst_done = st["inst_done"]
         self._inc_done = st["inc_done"]
         self._ended = st["ended"]
-        self._q1a_held = [tuple(r) for r in st.get("q1a_held", [])]
+        self._q1a_held = _Rows.from_tuples(st.get("q1a_held", []))
 
     # -- protocol ---------------------------------------------------------------------------
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -263,20 +263,20 @@ class RunningOperator:
             for i, p in enumerate(self._players):
                 if p["I"] >= 0:
                     seg = ([_NO], [p["S"]], [p["I"]], [p["S_T"]], [p["S_D"]])
-                    out_rows.extend(self._instant_rows(i, p, t, seg))
+                    out_rows.append(self._instant_rows(i, p, t, seg))
         # undecided stretches stay with the current segment
         for p in self._players:
             p["P"] = _NO
         inc = self._release(end, final=True)
-        out_rows = self._q1a_held + out_rows
-        self._q1a_held = []
+        out_rows = _Rows.concat([self._q1a_held] + out_rows)
+        self._q1a_held = _Rows.empty()
         return self._build(out_rows, inc)
 
     @property
     def output_watermark(self) -> int | None:
         """Watermark hold: increments of slices not yet decided by the 1-second rule come later,
         stamped with their slice start, so nothing before ``_inc_done`` is final yet."""
-        held = min((r[4] for r in self._q1a_held), default=None)
+        held = self._q1a_held.min_stop()
         if self.emit == "q1a":
             return held
         if held is None or self._inc_done is None:
@@ -315,26 +315,28 @@ class RunningOperator:
             inst = np.arange(first, frontier + 1, period, dtype=np.int64)
             for i, p in enumerate(self._players):
                 seg0, commits = commits_by_player[i]
-                for c in commits:
-                    dec, B, B_T, B_D, newI, oldI, S, S_T, S_D = c
-                    if oldI >= 0:
-                        out_rows.append(self._row(dec, 0, i, S, B, oldI, B_D - S_D, B_T - S_T))
+                closing = [self._row(dec, 0, i, S, B, oldI, B_D - S_D, B_T - S_T)
+                           for dec, B, B_T, B_D, newI, oldI, S, S_T, S_D in commits if oldI >= 0]
+                if closing:
+                    out_rows.append(_Rows.from_tuples(closing))
                 if p["I"] < 0 or not len(inst):
                     continue
                 seg = (seg0[0] + [c[0] for c in commits], seg0[1] + [c[1] for c in commits],
                        seg0[2] + [c[4] for c in commits], seg0[3] + [c[2] for c in commits],
                        seg0[4] + [c[3] for c in commits])
-                out_rows.extend(self._instant_rows(i, p, inst, seg))
+                out_rows.append(self._instant_rows(i, p, inst, seg))
             if len(inst):
                 self._inst_done = int(inst[-1])
         # q1a rows go out in ts_stop order: a closing row's ts_stop is its segment's end, the
         # start of the pending stretch P (up to 1 s before the decision), so rows at or after
         # the earliest pending P wait for the decisions
-        self._q1a_held.extend(out_rows)
+        held = _Rows.concat([self._q1a_held] + out_rows)
         pend = [p["P"] for p in self._players if p["P"] != _NO]
-        safe = min(pend) if pend else None
-        out_rows = [r for r in self._q1a_held if safe is None or r[4] < safe]
-        self._q1a_held = [r for r in self._q1a_held if safe is not None and r[4] >= safe]
+        if pend:
+            wait = held.cols[4] >= min(pend)
+            out_rows, self._q1a_held = held.take(~wait), held.take(wait)
+        else:
+            out_rows, self._q1a_held = held, _Rows.empty()
         release = frontier
         for p in self._players:
             if p["P"] != _NO:
@@ -454,18 +456,24 @@ class RunningOperator:
             p["I"], p["S"], p["S_T"], p["S_D"] = p["rc"], B, B_T, B_D
         p["P"] = _NO
 
-    def _instant_rows(self, i, p, inst, seg) -> list:
+    def _instant_rows(self, i, p, inst, seg) -> "_Rows":
+        """q1a rows of player ``i`` at the emission instants ``inst``: the segment in force at
+        each (``seg``: decision times, starts, intensities, cumulative time and distance at the
+        start), where the player is observed and has an intensity. Vectorised; the arithmetic
+        is :meth:`_row`'s, element by element."""
         decs, starts, ints, sT, sD = (np.asarray(a) for a in seg)
         T, D, obs = p["knots"].eval(inst, self.config.max_gap_ps)
         j = np.searchsorted(decs, inst, side="right") - 1
-        rows = []
-        for t, jj, tt, dd in zip(inst[obs].tolist(), j[obs].tolist(), T[obs].tolist(),
-                                 D[obs].tolist()):
-            if ints[jj] < 0:
-                continue
-            rows.append(self._row(t, 1, i, int(starts[jj]), t, int(ints[jj]),
-                                  dd - float(sD[jj]), tt - int(sT[jj])))
-        return rows
+        keep = obs & (ints[j] >= 0)
+        t, j = inst[keep], j[keep]
+        dist_nm = D[keep] - sD[j].astype(np.float64)
+        time_ps = T[keep] - sT[j].astype(np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            speed = np.where(time_ps > 0, (dist_nm * 1e-9) / (time_ps * 1e-12) * 3.6, 0.0)
+        n = len(t)
+        return _Rows([t, np.ones(n, np.int64), np.full(n, i, np.int64),
+                      starts[j].astype(np.int64), t, ints[j].astype(np.int64),
+                      dist_nm * 1e-9, speed])
 
     @staticmethod
     def _row(emit_t, order, i, start, stop, intensity, dist_nm, time_ps):
@@ -482,7 +490,7 @@ class RunningOperator:
         period = cfg.emit_period_ps
         grid = np.arange(self._inc_done, upto, period, dtype=np.int64)
         points_grid = np.append(grid, np.int64(upto))
-        rows = []
+        rows = []   # per player: (slice ts, player, intensity, time, distance) columns
         for i, p in enumerate(self._players):
             kn = p["knots"]
             if not len(kn.kt):
@@ -501,68 +509,119 @@ class RunningOperator:
             inten = bI[bi]
             slice_ts = floor_grid(starts, cfg.origin, period)
             m = ((dT > 0) | (dD != 0)) & (inten >= 0)
-            for st, k, dt_, dd_ in zip(slice_ts[m].tolist(), inten[m].tolist(),
-                                       dT[m].tolist(), dD[m].tolist()):
-                rows.append((st, i, k, dt_, dd_))
+            if m.any():
+                rows.append([np.asarray(slice_ts[m], np.int64), np.full(int(m.sum()), i, np.int64),
+                             inten[m], dT[m].astype(np.int64), dD[m]])
             if bl:
                 p["inc_I"] = bl[-1][1]
                 p["bounds"] = p["bounds"][len(bl):]
             kn.trim_before(upto)
         self._inc_done = upto
         # several pieces of one slice with the same intensity cannot occur (boundaries change
-        # the intensity); order by slice, then player
-        rows.sort(key=lambda r: (r[0], r[1]))
-        return rows
-
-    def _build(self, q1a_rows: list, inc_rows: list) -> list[pa.RecordBatch]:
-        names = self.roster.names
-        out = []
-        q1a_rows.sort(key=lambda r: (r[4], r[1], r[2]))  # ts_stop, closing rows first, player
-        if self.emit == "q1a":
-            if q1a_rows:
-                out.append(_q1a_batch(q1a_rows, names))
-            return out
-        if self.emit == "increments":
-            if inc_rows:
-                out.append(_inc_batch(inc_rows, names))
-            return out
-        if not q1a_rows and not inc_rows:
+        # the intensity); order by slice, then player (a stable sort: the pieces of a player's
+        # slice keep their time order)
+        if not rows:
             return []
-        n1, n2 = len(q1a_rows), len(inc_rows)
-        kind = ["q1a"] * n1 + ["increment"] * n2
-        ts = [r[4] for r in q1a_rows] + [r[0] for r in inc_rows]
+        cols = [np.concatenate(c) for c in zip(*rows)]
+        order = np.lexsort((cols[1], cols[0]))
+        return [c[order] for c in cols]
+
+    def _build(self, q1a: "_Rows", inc: list) -> list[pa.RecordBatch]:
+        """The output batch: q1a rows by ts_stop, closing rows first, then player (a stable
+        sort), then the increments (``inc``: columns from :meth:`_release`)."""
+        names = pa.array(self.roster.names, pa.string())
+        q1a = q1a.take(np.lexsort((q1a.cols[2], q1a.cols[1], q1a.cols[4])))
+        if self.emit == "q1a":
+            return [_q1a_batch(q1a.cols, names)] if len(q1a) else []
+        if self.emit == "increments":
+            return [_inc_batch(inc, names)] if inc else []
+        n1, n2 = len(q1a), (len(inc[0]) if inc else 0)
+        if not n1 and not n2:
+            return []
+        q = q1a.cols
+        e = np.zeros(0, np.int64)
+        ist, ipl, ik, idt, idd = inc if inc else (e, e, e, e, e)
+
+        def with_nulls(values, typ, before: bool):
+            nulls = pa.nulls(n1 if before else n2, typ)
+            a = pa.array(values, typ)
+            return pa.concat_arrays([nulls, a] if before else [a, nulls])
+
+        intens = pa.array(list(C.INTENSITIES), pa.string())
         arrays = [
-            pa.array(kind, pa.string()), pa.array(ts, pa.int64()),
-            pa.array([r[3] for r in q1a_rows] + [None] * n2, pa.int64()),
-            pa.array([r[4] for r in q1a_rows] + [None] * n2, pa.int64()),
-            pa.array([names[r[2]] for r in q1a_rows] + [names[r[1]] for r in inc_rows],
-                     pa.string()),
-            pa.array([C.INTENSITIES[r[5]] for r in q1a_rows]
-                     + [C.INTENSITIES[r[2]] for r in inc_rows], pa.string()),
-            pa.array([r[5] for r in q1a_rows] + [r[2] for r in inc_rows], pa.int8()),
-            pa.array([r[6] for r in q1a_rows] + [None] * n2, pa.float64()),
-            pa.array([r[7] for r in q1a_rows] + [None] * n2, pa.float64()),
-            pa.array([None] * n1 + [r[3] for r in inc_rows], pa.int64()),
-            pa.array([None] * n1 + [r[4] for r in inc_rows], pa.int64()),
+            pa.array(["q1a", "increment"], pa.string()).take(
+                pa.array(np.repeat(np.array([0, 1], np.int64), [n1, n2]))),
+            pa.array(np.concatenate([q[4], ist]), pa.int64()),
+            with_nulls(q[3], pa.int64(), False),
+            with_nulls(q[4], pa.int64(), False),
+            names.take(pa.array(np.concatenate([q[2], ipl]))),
+            intens.take(pa.array(np.concatenate([q[5], ik]))),
+            pa.array(np.concatenate([q[5], ik]).astype(np.int8), pa.int8()),
+            with_nulls(q[6], pa.float64(), False),
+            with_nulls(q[7], pa.float64(), False),
+            with_nulls(idt, pa.int64(), True),
+            with_nulls(idd, pa.int64(), True),
         ]
         return [pa.RecordBatch.from_arrays(arrays, schema=Q1_FRONT_SCHEMA)]
 
 
-def _q1a_batch(rows, names) -> pa.RecordBatch:
+class _Rows:
+    """q1a rows as columns: emission time, order (0 a closing row, 1 an instant's), player
+    index, ts_start, ts_stop, intensity index, distance (m), speed (km/h)."""
+
+    __slots__ = ("cols",)
+    _TYPES = (np.int64, np.int64, np.int64, np.int64, np.int64, np.int64, np.float64, np.float64)
+
+    def __init__(self, cols):
+        self.cols = cols
+
+    @classmethod
+    def empty(cls) -> "_Rows":
+        return cls([np.zeros(0, t) for t in cls._TYPES])
+
+    @classmethod
+    def from_tuples(cls, rows) -> "_Rows":
+        if not len(rows):
+            return cls.empty()
+        return cls([np.array(c, t) for c, t in zip(zip(*rows), cls._TYPES)])
+
+    @classmethod
+    def concat(cls, parts) -> "_Rows":
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        return cls([np.concatenate(c) for c in zip(*(p.cols for p in parts))])
+
+    def __len__(self) -> int:
+        return len(self.cols[0])
+
+    def take(self, index) -> "_Rows":
+        return _Rows([c[index] for c in self.cols])
+
+    def min_stop(self) -> int | None:
+        return int(self.cols[4].min()) if len(self) else None
+
+    def tolist(self) -> list:
+        """Rows as lists of Python numbers (the snapshot's form)."""
+        return [list(r) for r in zip(*(c.tolist() for c in self.cols))]
+
+
+def _q1a_batch(cols, names: pa.Array) -> pa.RecordBatch:
+    intens = pa.array(list(C.INTENSITIES), pa.string())
     return pa.RecordBatch.from_arrays([
-        pa.array([r[3] for r in rows], pa.int64()), pa.array([r[4] for r in rows], pa.int64()),
-        pa.array([names[r[2]] for r in rows], pa.string()),
-        pa.array([C.INTENSITIES[r[5]] for r in rows], pa.string()),
-        pa.array([r[6] for r in rows], pa.float64()), pa.array([r[7] for r in rows], pa.float64()),
+        pa.array(cols[3], pa.int64()), pa.array(cols[4], pa.int64()),
+        names.take(pa.array(cols[2])), intens.take(pa.array(cols[5])),
+        pa.array(cols[6], pa.float64()), pa.array(cols[7], pa.float64()),
     ], schema=Q1A_SCHEMA)
 
 
-def _inc_batch(rows, names) -> pa.RecordBatch:
+def _inc_batch(cols, names: pa.Array) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([
-        pa.array([r[0] for r in rows], pa.int64()),
-        pa.array([names[r[1]] for r in rows], pa.string()),
-        pa.array([r[2] for r in rows], pa.int8()), pa.array([r[3] for r in rows], pa.int64()),
-        pa.array([r[4] for r in rows], pa.int64()),
+        pa.array(cols[0], pa.int64()), names.take(pa.array(cols[1])),
+        pa.array(cols[2].astype(np.int8), pa.int8()), pa.array(cols[3], pa.int64()),
+        pa.array(cols[4], pa.int64()),
     ], schema=INCREMENT_SCHEMA)
 
 
