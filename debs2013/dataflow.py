@@ -540,7 +540,7 @@ def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int],
         heads = np.flatnonzero(new)
         keys = (np.cumsum(new) - 1) * nx + fx[cell % bx]
         sums = np.bincount(keys, weights=time, minlength=len(heads) * nx)
-        uniq = np.flatnonzero(sums)
+        uniq = (sums != 0).nonzero()[0]   # faster than np.flatnonzero on floats
         seg = seg_key[heads][uniq // nx]
         return seg // ny, (seg % ny) * nx + uniq % nx, sums[uniq]
     keys, vals = [], []
@@ -564,7 +564,7 @@ def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int],
     if span <= 16 * len(keys) + (1 << 20):
         # dense accumulation (no sort): the coarse keys of a batch fit a small table
         sums = np.bincount(keys, weights=vals, minlength=span)
-        uniq = np.flatnonzero(sums)
+        uniq = (sums != 0).nonzero()[0]   # faster than np.flatnonzero on floats
         sums = sums[uniq]
     else:
         uniq, inv = np.unique(keys, return_inverse=True)
