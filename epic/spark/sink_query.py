@@ -56,11 +56,10 @@ import pyarrow as pa
 from epic.atomic import atomic_json, atomic_path
 from epic.directio import append_file, open_append
 from epic.parquetcat import NotConcatenable, concat_parquet
+from epic.sinks import PARQUET_GROUP_ROWS, ParquetGroups
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import prepare_worker, task_ids
 
-#: Rows a deploy's Parquet part file buffers per row group (the tasks stream their rows into it).
-PARQUET_GROUP_ROWS = 1 << 18
 
 #: a CSV part's writer writes its rows in calls of at least this many (csvio.CsvWriter
 #: ``hold_rows``): a part is read only once its task closed it
@@ -412,16 +411,11 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
             try:
                 with atomic_path(final, tmp_dir=os.path.join(meta, "_tmp")) as tmp, \
                         pq.ParquetWriter(tmp, schema, **sink.writer_options(schema)) as w:
-                    buf, held = [], 0
+                    groups = ParquetGroups(w, schema)
                     for x in itertools.chain((first,), it):
-                        buf.append(pa.RecordBatch.from_arrays(x.columns, schema=schema))
-                        held += x.num_rows
+                        groups.write(x)
                         rows += x.num_rows
-                        if held >= PARQUET_GROUP_ROWS:   # row groups of about this many rows
-                            w.write_table(pa.Table.from_batches(buf, schema=schema))
-                            buf, held = [], 0
-                    if buf:
-                        w.write_table(pa.Table.from_batches(buf, schema=schema))
+                    groups.flush()
             except OSError as exc:
                 from epic.errors import OutputError
 
