@@ -184,3 +184,25 @@ def test_a_ragged_array_with_damaged_lengths_is_refused():
     data[at:at + 8] = np.array([5], np.int64).tobytes()   # lengths 5, 2, 3: 10 values, not 6
     with pytest.raises(StateError, match="corrupt state"):
         serde.unpackb(bytes(data))
+
+
+def test_large_compressible_arrays_are_stored_compressed_and_read_back_writable():
+    """Running sums of one-hot rows (a prefix window's state) take a fraction of their bytes;
+    random floats stay raw; a compressed segment cut short is refused as corrupt."""
+    rng = np.random.default_rng(3)
+    n = 200_000
+    onehot = np.zeros((n, 12), np.int64)
+    onehot[np.arange(n), rng.integers(0, 12, n)] = rng.integers(1, 10**10, n)
+    sums = np.cumsum(onehot, axis=0)
+    noise = rng.random(300_000)
+    packed = serde.pack_large({"sums": sums, "noise": noise})
+    assert len(packed) < noise.nbytes + sums.nbytes // 3
+    back = serde.unpackb(packed)
+    assert back["sums"].dtype == sums.dtype and back["sums"].shape == sums.shape
+    assert np.array_equal(back["sums"], sums) and np.array_equal(back["noise"], noise)
+    back["sums"][0, 0] += 1   # fresh and writable, as restore code expects
+    alone = serde.pack_large({"noise": noise})
+    assert len(alone) >= noise.nbytes   # incompressible: raw
+    only = serde.pack_large({"sums": sums})
+    with pytest.raises(StateError, match="corrupt"):
+        serde.unpackb(only[:len(only) - 1000])
