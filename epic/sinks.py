@@ -256,7 +256,7 @@ class ParquetSink(Sink):
         group = ParquetGroups(w, out)
 
         def close(wm):
-            group.flush()
+            group.close()
             w.close()
             if target == self.path:
                 os.replace(tmp, self.path)
@@ -279,14 +279,24 @@ PARQUET_GROUP_BYTES = 64 << 20
 
 class ParquetGroups:
     """Batches into a ``ParquetWriter`` in row groups of about :data:`PARQUET_GROUP_ROWS` rows
-    (or :data:`PARQUET_GROUP_BYTES`); :meth:`flush` writes what is held (before ``close``)."""
+    (or :data:`PARQUET_GROUP_BYTES`), each encoded and written on a background thread while the
+    caller goes on (pyarrow releases the GIL: the window or report that makes the next rows
+    runs meanwhile), one row group at most in flight. :meth:`close` writes what is held and
+    waits; a failed write raises there or at the next :meth:`write`. As a context manager, on
+    an exception it only waits for the row group in flight (so that the writer can be closed).
+    """
 
-    def __init__(self, writer, schema: pa.Schema):
+    def __init__(self, writer, schema: pa.Schema, background: bool = True):
+        from concurrent.futures import ThreadPoolExecutor
+
         self.writer = writer
         self.schema = schema
         self._held: list[pa.RecordBatch] = []
         self._rows = 0
         self._bytes = 0
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="epic-parquet") \
+            if background else None
+        self._flight = None   # the Future of the row group being written
 
     def write(self, batch: pa.RecordBatch) -> None:
         if not batch.num_rows:
@@ -295,13 +305,51 @@ class ParquetGroups:
         self._rows += batch.num_rows
         self._bytes += batch.nbytes
         if self._rows >= PARQUET_GROUP_ROWS or self._bytes >= PARQUET_GROUP_BYTES:
-            self.flush()
+            self._submit()
 
-    def flush(self) -> None:
-        if self._held:
-            self.writer.write_table(pa.Table.from_batches(self._held, schema=self.schema),
-                                    row_group_size=PARQUET_GROUP_ROWS)
+    def _submit(self) -> None:
+        if not self._held:
+            return
+        table = pa.Table.from_batches(self._held, schema=self.schema)
         self._held, self._rows, self._bytes = [], 0, 0
+        if self._pool is None:
+            self.writer.write_table(table, row_group_size=PARQUET_GROUP_ROWS)
+            return
+        self._wait()
+        self._flight = self._pool.submit(self.writer.write_table, table,
+                                         row_group_size=PARQUET_GROUP_ROWS)
+
+    def _wait(self) -> None:
+        if self._flight is not None:
+            flight, self._flight = self._flight, None
+            flight.result()   # re-raises a failed write
+
+    def close(self) -> None:
+        """Write the held rows, wait for every row group, stop the thread."""
+        try:
+            self._submit()
+            self._wait()
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> "ParquetGroups":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is None:
+            self.close()
+            return
+        try:
+            self._wait()
+        except Exception:   # the write's own error; the one raised already is reported
+            pass
+        finally:
+            self._stop()
 
 
 #: Keywords of ``pyarrow.parquet.ParquetWriter`` that a sink decides itself.

@@ -421,6 +421,8 @@ def build_command(args, case: str, out: Path, work: Path, stats: Path) -> list[s
             cmd += ["--trigger", f"{args.trigger:g}"]
         if getattr(args, "partitions", None):
             cmd += ["--partitions", str(args.partitions)]
+        if getattr(args, "batch_rows", None):
+            cmd += ["--batch-rows", str(args.batch_rows)]
         for c in getattr(args, "conf", None) or []:
             cmd += ["--conf", c]
     else:
@@ -575,6 +577,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="epic deploy --trigger: seconds between micro-batch triggers")
     ap.add_argument("--partitions", type=int, default=None,
                     help="epic deploy --partitions: tasks per micro-batch of a keyed node")
+    ap.add_argument("--batch-rows", type=int, default=None,
+                    help="epic deploy --batch-rows: rows per micro-batch read from a source or "
+                         "topic (default: the deploy's, about 64 MB of the input's columns)")
     ap.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
                     help="epic deploy --conf KEY=VALUE (repeatable), e.g. "
                          "spark.epic.backgroundNice=0")

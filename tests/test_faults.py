@@ -218,6 +218,49 @@ def test_p06_full_disk_names_the_path_and_leaves_whole_rows(tmp_path, monkeypatc
             subprocess.run(["umount", str(out)], check=False)
 
 
+def test_p06_full_disk_under_a_parquet_sink_names_the_path_and_leaves_no_file(tmp_path):
+    """A Parquet sink's row groups are written on a background thread: a full file system
+    there still gives an OutputError naming the path and the OS error, and nothing is left
+    under the final name (the file is published only when closed). On a 64 KiB tmpfs when
+    root, else through a writer whose second row group fails."""
+    from unittest import mock
+
+    import epic.sinks as sinks
+
+    out = tmp_path / "fullpq"
+    mounted = _small_fs(out, "64k")
+    try:
+        if not mounted:
+            import pyarrow.parquet as pq
+
+            class Failing(pq.ParquetWriter):
+                calls = 0
+
+                def write_table(self, table, row_group_size=None):
+                    Failing.calls += 1
+                    if Failing.calls > 1:
+                        raise OSError(28, "No space left on device")
+                    return super().write_table(table, row_group_size=row_group_size)
+            patch = mock.patch.object(pq, "ParquetWriter", Failing)
+            patch.start()
+        t = epic.Topology("fullpq")
+        s = t.source("nums", epic.iterator_source(
+            lambda: ({"ts": i, "v": i * 1000003} for i in range(60000)),
+            schema={"ts": "int64", "v": "int64"}, time="ts", unit="s", batch_rows=1000))
+        t.sink("out", s, epic.parquet_sink(out / "o.parquet"))
+        with mock.patch.object(sinks, "PARQUET_GROUP_ROWS", 10000), \
+                pytest.raises(OutputError) as err:
+            epic.run(t)
+        msg = str(err.value)
+        assert str(out / "o.parquet") in msg and "No space left on device" in msg
+        assert not (out / "o.parquet").exists()
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(out)], check=False)
+        else:
+            patch.stop()
+
+
 def test_p07_truncated_gzip_names_the_file_and_line(tmp_path):
     """Point 7: a cut .gz gives an error with the file name and the line reached, after handing
     over the complete lines before it (no traceback)."""

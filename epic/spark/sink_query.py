@@ -410,12 +410,11 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
             rows = 0
             try:
                 with atomic_path(final, tmp_dir=os.path.join(meta, "_tmp")) as tmp, \
-                        pq.ParquetWriter(tmp, schema, **sink.writer_options(schema)) as w:
-                    groups = ParquetGroups(w, schema)
+                        pq.ParquetWriter(tmp, schema, **sink.writer_options(schema)) as w, \
+                        ParquetGroups(w, schema) as groups:
                     for x in itertools.chain((first,), it):
                         groups.write(x)
                         rows += x.num_rows
-                    groups.flush()
             except OSError as exc:
                 from epic.errors import OutputError
 
