@@ -626,9 +626,10 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
         denom = (ends - starts).astype(np.float64)
     grid_of, corners, first_cell = _cell_tables(config.corners)
     ascending = _ascending(row, cells)   # once for the four grids
+    folded = _fold_grids(row, cells, times, tuple(config.base_grid), ascending)
     parts = []   # (row, global cell, pct)
     for gi, grid in enumerate(C.Q3_GRIDS):
-        r, c, tsum = _fold(row, cells, times, config.base_grid, grid, ascending)
+        r, c, tsum = folded[tuple(grid)]
         ncell = grid[0] * grid[1]
         if config.dense:
             full = np.zeros(n * ncell, np.float64)
@@ -660,6 +661,25 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
         pa.array(pct, pa.float64()),
         names.take(pa.array(grid_of[gc])),
     ], schema=schema)
+
+
+def _fold_grids(row, cells, times, base: tuple, ascending: bool) -> dict:
+    """:func:`_fold` of the base-grid times onto each of the four q3 grids, finest first, each
+    from the finest grid already folded whose every cell lies in one of its cells (32x50 from
+    64x100, 16x25 from 32x50), else from the base grid: fewer cells to fold, the same sums
+    (the times are whole picoseconds, exact in float64 in any order of addition)."""
+    out: dict = {}
+    for grid in sorted((tuple(g) for g in C.Q3_GRIDS), key=lambda g: -g[0] * g[1]):
+        src = None
+        for f in out:
+            if _whole_axes(f, grid) is not None and (src is None or f[0] * f[1] < src[0] * src[1]):
+                src = f
+        if src is None:
+            out[grid] = _fold(row, cells, times, base, grid, ascending)
+        else:
+            r, c, t = out[src]
+            out[grid] = _fold(r, c, t, src, grid, True)
+    return out
 
 
 @functools.lru_cache(maxsize=4)
