@@ -365,7 +365,9 @@ def parquet_sink(path: str | os.PathLike, *, columns: Sequence[str] | None = Non
     keywords) say otherwise, e.g. ``{"compression": "zstd"}``, or ``{"use_dictionary":
     [columns]}`` to dictionary-encode only those: writing is then faster for columns whose
     values rarely repeat, but larger for those whose values do (docs/performance.md, session
-    19). The options are checked when the topology is built.
+    19). The options are checked when the topology is built. Rows are written in row groups of
+    about :data:`PARQUET_GROUP_ROWS` rows, each encoded on a background thread
+    (:class:`ParquetGroups`).
 
     Example:
         >>> parquet_sink("out/q1.parquet").blocking
