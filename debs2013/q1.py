@@ -109,6 +109,8 @@ Q1B_SCHEMA = pa.schema([pa.field("ts", pa.int64()), pa.field("player_id", pa.str
                        metadata={"epic.event_time": "ts", "epic.time_unit": "ps"})
 
 _NO = -(2**62)  # "none" for integer state fields
+#: the intensity classes' names, taken by index into the output columns
+_INTENSITY_NAMES = pa.array(list(C.INTENSITIES), pa.string())
 
 
 class _Knots:
@@ -547,7 +549,6 @@ class RunningOperator:
             a = pa.array(values, typ)
             return pa.concat_arrays([nulls, a] if before else [a, nulls])
 
-        intens = pa.array(list(C.INTENSITIES), pa.string())
         arrays = [
             pa.array(["q1a", "increment"], pa.string()).take(
                 pa.array(np.repeat(np.array([0, 1], np.int64), [n1, n2]))),
@@ -555,7 +556,7 @@ class RunningOperator:
             with_nulls(q[3], pa.int64(), False),
             with_nulls(q[4], pa.int64(), False),
             names.take(pa.array(np.concatenate([q[2], ipl]))),
-            intens.take(pa.array(np.concatenate([q[5], ik]))),
+            _INTENSITY_NAMES.take(pa.array(np.concatenate([q[5], ik]))),
             pa.array(np.concatenate([q[5], ik]).astype(np.int8), pa.int8()),
             with_nulls(q[6], pa.float64(), False),
             with_nulls(q[7], pa.float64(), False),
@@ -609,10 +610,9 @@ class _Rows:
 
 
 def _q1a_batch(cols, names: pa.Array) -> pa.RecordBatch:
-    intens = pa.array(list(C.INTENSITIES), pa.string())
     return pa.RecordBatch.from_arrays([
         pa.array(cols[3], pa.int64()), pa.array(cols[4], pa.int64()),
-        names.take(pa.array(cols[2])), intens.take(pa.array(cols[5])),
+        names.take(pa.array(cols[2])), _INTENSITY_NAMES.take(pa.array(cols[5])),
         pa.array(cols[6], pa.float64()), pa.array(cols[7], pa.float64()),
     ], schema=Q1A_SCHEMA)
 
