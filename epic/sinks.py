@@ -286,7 +286,7 @@ class ParquetGroups:
     an exception it only waits for the row group in flight (so that the writer can be closed).
     """
 
-    def __init__(self, writer, schema: pa.Schema, background: bool = True):
+    def __init__(self, writer, schema: pa.Schema):
         from concurrent.futures import ThreadPoolExecutor
 
         self.writer = writer
@@ -294,8 +294,7 @@ class ParquetGroups:
         self._held: list[pa.RecordBatch] = []
         self._rows = 0
         self._bytes = 0
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="epic-parquet") \
-            if background else None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="epic-parquet")
         self._flight = None   # the Future of the row group being written
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -312,9 +311,6 @@ class ParquetGroups:
             return
         table = pa.Table.from_batches(self._held, schema=self.schema)
         self._held, self._rows, self._bytes = [], 0, 0
-        if self._pool is None:
-            self.writer.write_table(table, row_group_size=PARQUET_GROUP_ROWS)
-            return
         self._wait()
         self._flight = self._pool.submit(self.writer.write_table, table,
                                          row_group_size=PARQUET_GROUP_ROWS)
