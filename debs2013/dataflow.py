@@ -43,8 +43,8 @@ from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
 from debs2013.q1 import Q1A_SCHEMA, Q1B_SCHEMA, RunningOperator, RunningStats, q1b_rows
 from debs2013.q2 import (PLAYER_POSSESSION_SCHEMA, TEAM_POSSESSION_SCHEMA, BallHitter,
                          PossessionOperator, TeamShare, team_rows)
-from debs2013.q3 import (HeatMap, HeatMapOperator, base_shape, corner_values, grid_weights,
-                         q3_schema)
+from debs2013.q3 import (HeatMap, HeatMapOperator, base_shape, corner_values, fold_map,
+                         grid_weights, q3_schema)
 from debs2013.q4 import Q4_SCHEMA, ShotOperator
 from debs2013.readers import (SENSOR_SCHEMA, interruption_markers, read_game_interruptions,
                               read_metadata, shared_dir)
@@ -504,6 +504,16 @@ def _whole_axes(base: tuple[int, ...], grid: tuple[int, int]):
     return fx.copy(), fy.copy()
 
 
+@functools.lru_cache(maxsize=16)
+def _refines(base: tuple[int, ...]) -> bool:
+    """Whether every base cell lies in one cell of each q3 grid (:func:`debs2013.q3.fold_map`)."""
+    try:
+        fold_map(base, C.Q3_GRIDS)
+    except SpecError:
+        return False
+    return True
+
+
 def _ascending(row, cell) -> bool:
     """Whether the cells of every row are strictly ascending (rows in order)."""
     if len(cell) < 2:
@@ -573,7 +583,7 @@ def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int],
 
 
 def q3_all_grids_chunked(batch: pa.RecordBatch, config: Q3Config,
-                         max_rows: int = 500_000) -> list[pa.RecordBatch]:
+                         max_rows: int = 500_000, folded: bool = False) -> list[pa.RecordBatch]:
     """:func:`q3_all_grids` over slices of ``batch``, so that no output batch holds much more
     than ``max_rows`` rows (a landmark window's rows over a long gap expand ~100-fold)."""
     n = batch.num_rows
@@ -584,19 +594,19 @@ def q3_all_grids_chunked(batch: pa.RecordBatch, config: Q3Config,
     per_row = np.diff(cells.offsets.to_numpy()) if len(cells) else np.zeros(n, np.int64)
     if config.dense:
         per_row = np.full(n, sum(gx * gy for gx, gy in C.Q3_GRIDS), np.int64)
-    else:
+    elif not folded:
         per_row = per_row * len(C.Q3_GRIDS)  # an upper bound: every grid at most once per cell
     out, start, acc = [], 0, 0
     for i, k in enumerate(per_row.tolist()):
         if acc and acc + k > max_rows:
-            out.append(q3_all_grids(batch.slice(start, i - start), config))
+            out.append(q3_all_grids(batch.slice(start, i - start), config, folded))
             start, acc = i, 0
         acc += k
-    out.append(q3_all_grids(batch.slice(start), config))
+    out.append(q3_all_grids(batch.slice(start), config, folded))
     return out
 
 
-def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
+def q3_all_grids(batch: pa.RecordBatch, config: Q3Config, folded: bool = False) -> pa.RecordBatch:
     """Heat-map window output (key ``player_id``, ``window_start`` / ``window_end``, struct
     column ``heat`` of :class:`~debs2013.q3.HeatMap`) as q3 rows of all four grids.
 
@@ -606,11 +616,20 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
     over the whole batch instead of one window row at a time. Rows come per window row (in
     batch order, i.e. by ``ts`` then player), then grid (8x13, 16x25, 32x50, 64x100), then
     cell id; with ``dense`` every cell of every grid, else the non-zero ones.
+
+    ``folded``: the heat cells are already those of the four grids (``HeatMap(base_grid,
+    grids=C.Q3_GRIDS)``, ids one grid after another, ascending in each row), so each is one
+    output row and only the percentages are computed (not with ``dense``).
     """
     n = batch.num_rows
     schema = q3_out_schema(config)
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=schema)
+    if folded:
+        if config.dense:
+            raise SpecError("debs2013: q3_all_grids(folded=True) writes the non-zero cells only; "
+                            "dense output folds at report time (folded=False)")
+        return _q3_folded_rows(batch, config, schema)
     heat = batch.column("heat")
     parts_ = dict(zip([f.name for f in heat.type], heat.flatten()))  # slice-aware children
     cells_l, times_l = parts_["cells"], parts_["times"]
@@ -657,6 +676,40 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([
         pa.array(ends[r], pa.int64()),
         batch.column("player_id").take(pa.array(r)),
+        *(pa.array(t[gc], schema.field(k).type) for k, t in enumerate(corners, start=2)),
+        pa.array(pct, pa.float64()),
+        names.take(pa.array(grid_of[gc])),
+    ], schema=schema)
+
+
+def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema) -> pa.RecordBatch:
+    """:func:`q3_all_grids` of already folded heat cells: a row per cell, in the cells' order."""
+    n = batch.num_rows
+    heat = batch.column("heat")
+    parts_ = dict(zip([f.name for f in heat.type], heat.flatten()))  # slice-aware children
+    cells_l, times_l = parts_["cells"], parts_["times"]
+    counts = np.diff(cells_l.offsets.to_numpy()) if len(cells_l) else np.zeros(n, np.int64)
+    gc = cells_l.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    times = times_l.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    ends = batch.column("window_end").to_numpy(zero_copy_only=False).astype(np.int64)
+    grid_of, corners, first_cell = _cell_tables(config.corners)
+    if config.denominator == "field":
+        # the player's time in the field: the sum over one grid's cells (each grid covers the
+        # field once), the coarsest, whose cells come first in each row
+        g0 = gc < first_cell[1]
+        denom = np.bincount(row[g0], weights=times[g0], minlength=n)
+    else:
+        starts = batch.column("window_start").to_numpy(zero_copy_only=False).astype(np.int64)
+        denom = (ends - starts).astype(np.float64)
+    d = denom[row]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct = np.where(d > 0, 100.0 * times / np.where(d > 0, d, 1.0), 0.0)
+    names = pa.array([grid_name(gr) for gr in C.Q3_GRIDS], pa.string())
+    rows = pa.array(row)
+    return pa.RecordBatch.from_arrays([
+        pa.array(ends[row], pa.int64()),
+        batch.column("player_id").take(rows),
         *(pa.array(t[gc], schema.field(k).type) for k, t in enumerate(corners, start=2)),
         pa.array(pct, pa.float64()),
         names.take(pa.array(grid_of[gc])),
@@ -849,14 +902,19 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
         maps = t.process("q3_heatmap", inputs["q3"],
                          functools.partial(HeatMapOperator, q3cfg, roster))
         heat = t.map("q3_slice_end", maps, AtSliceEnd(q3cfg.period_ps))
-        hm = epic.AggSpec(HeatMap(q3cfg.base_grid), ("cells", "times"), "heat")
+        # the windows keep the four grids' cells (folded as the maps enter) when the base grid
+        # refines them exactly; else base cells, folded by overlap at report time
+        folded = not q3cfg.dense and _refines(tuple(q3cfg.base_grid))
+        hm = epic.AggSpec(HeatMap(q3cfg.base_grid, C.Q3_GRIDS if folded else None),
+                          ("cells", "times"), "heat")
         heat = play("q3_play_time", heat)
         for label, length in _Q3_WINDOWS:
             w = t.window(f"q3_{label}_window", heat,
                          _window_spec(length, q3cfg.period_ps, origin), key="player_id",
                          aggregates=[hm], late=_LATE)
             rows = t.flat_map(f"q3_{label}_rows", w,
-                              to_event(functools.partial(q3_all_grids_chunked, config=q3cfg)),
+                              to_event(functools.partial(q3_all_grids_chunked, config=q3cfg,
+                                                         folded=folded)),
                               schema=q3_out_schema(q3cfg), time="ts")
             sinks.add(f"q3_{label}", rows, Q3_OUT_SCHEMA.names)
     return t

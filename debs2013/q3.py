@@ -50,9 +50,11 @@ from debs2013.common import Roster, column, floor_grid, time_ordered
 from debs2013.config import Q3Config
 from epic import serde
 from epic.aggregates import Aggregate
+from epic.errors import SpecError
 
 __all__ = ["base_shape", "axis_edges", "HEATMAP_SCHEMA", "Q3_SCHEMA", "Q3_SCHEMA_EXACT", "q3_schema", "corner_values",
-           "HeatMapOperator", "HeatMap", "q3_rows", "cell_of", "grid_weights"]
+           "HeatMapOperator", "HeatMap", "q3_rows", "cell_of", "grid_weights",
+           "grid_cell_offsets", "fold_map"]
 
 HEATMAP_SCHEMA = pa.schema([
     pa.field("ts", pa.int64()), pa.field("player_id", pa.string()),
@@ -318,19 +320,38 @@ class HeatMapOperator:
 
 
 class HeatMap(Aggregate):
-    """Per-cell time (ps) on the base grid over a window of one-second maps (the q3 UDA).
+    """Per-cell time (ps) over a window of one-second maps (the q3 UDA).
 
-    Bind it to ``("cells", "times")`` of :data:`HEATMAP_SCHEMA`. State: one int64 array of
-    ``nx·ny`` cells; add and remove are exact vectorised scatter-adds. The result is sparse,
-    ``{"cells": [...], "times": [...]}`` (non-zero cells); :func:`q3_rows` derives the grids.
+    Bind it to ``("cells", "times")`` of :data:`HEATMAP_SCHEMA` (base-grid cells). State: one
+    int64 array of cells; add and remove are exact vectorised scatter-adds. The result is
+    sparse, ``{"cells": [...], "times": [...]}`` (non-zero cells, ascending ids).
+
+    Args:
+        base_grid: the base grid of the input maps (:func:`base_shape`).
+        grids: ``None`` (default): the state and the result are on the base grid, and
+            :func:`q3_rows` derives the grids at report time. Else output grids
+            ``((nx, ny), ...)`` that the base grid refines exactly (every base cell lies in one
+            cell of each): the state keeps every cell of every grid, one grid after another
+            (id ``first_k + j·nx + i``, :func:`grid_cell_offsets`), each base cell's time
+            added to its cell in each grid. The result's cells are then already folded, in
+            the order q3 writes its rows (grid by grid, cell id), so that the report only
+            divides (``debs2013.dataflow.q3_all_grids`` with ``folded=True``): the fold is
+            done once per map cell when it enters or leaves a window, not again at every
+            emission. The sums are the same integers.
     """
 
     name = "heat_map"
 
-    def __init__(self, base_grid: tuple[int, ...] = (64, 100, 13)):
+    def __init__(self, base_grid: tuple[int, ...] = (64, 100, 13),
+                 grids: Sequence[tuple[int, int]] | None = None):
         self.base_grid = tuple(base_grid)
+        self.grids = None if grids is None else tuple((int(nx), int(ny)) for nx, ny in grids)
         nx, ny = base_shape(self.base_grid)
         self.size = nx * ny
+        self._map = None
+        if self.grids is not None:
+            self._map = fold_map(self.base_grid, self.grids)
+            self.size = int(grid_cell_offsets(self.grids)[-1])
 
     def init(self):
         return np.zeros(self.size, np.int64)
@@ -338,7 +359,12 @@ class HeatMap(Aggregate):
     def _scatter(self, state, cells, times, sign):
         state = state.copy()
         if len(cells):
-            np.add.at(state, np.asarray(cells, np.int64), sign * np.asarray(times, np.int64))
+            cells = np.asarray(cells, np.int64)
+            times = np.asarray(times, np.int64)
+            if self._map is not None:
+                cells = self._map[cells].ravel()
+                times = np.repeat(times, self._map.shape[1])
+            np.add.at(state, cells, sign * times)
         return state
 
     def add(self, state, e):
@@ -366,6 +392,8 @@ class HeatMap(Aggregate):
         return self._scatter(state, *self._flat(values), -1)
 
     def result(self, state):
+        if len(state) != self.size:   # e.g. a state restored from a checkpoint of another form
+            raise ValueError(f"{self!r}: a state of {len(state)} cells, expected {self.size}")
         # numpy arrays, not lists: Arrow converts them ~8x faster than Python lists; the
         # non-zero test as a bool array first (5 us against 17 us for 7,168 cells)
         nz = (state != 0).nonzero()[0]
@@ -376,7 +404,43 @@ class HeatMap(Aggregate):
                           pa.field("times", pa.list_(pa.int64()))])
 
     def __repr__(self):
-        return f"HeatMap(base_grid={self.base_grid})"
+        if self.grids is None:
+            return f"HeatMap(base_grid={self.base_grid})"
+        return f"HeatMap(base_grid={self.base_grid}, grids={self.grids})"
+
+
+def grid_cell_offsets(grids: Sequence[tuple[int, int]]) -> np.ndarray:
+    """The first id of each grid's cells when the cells of ``grids`` are numbered one grid
+    after another, and the total: ``[0, n_0, n_0 + n_1, ...]``."""
+    return np.cumsum([0] + [int(nx) * int(ny) for nx, ny in grids])
+
+
+def _axis_cells(base, target: int):
+    """Per base index along one axis: the target index containing it, or None if a base cell
+    straddles a target edge (the base does not refine ``target``)."""
+    w = grid_weights(base, target)          # target x base, 0/1 when exact
+    if not np.isin(w, (0.0, 1.0)).all() or not (w.sum(axis=0) == 1).all():
+        return None
+    return w.argmax(axis=0).astype(np.int64)
+
+
+def fold_map(base_grid: tuple[int, ...], grids: Sequence[tuple[int, int]]) -> np.ndarray:
+    """``(base cells, len(grids))`` int64: per base cell id, its cell in each grid as an id of
+    :func:`grid_cell_offsets`' numbering. Raises ``SpecError`` if the base grid does not refine a
+    grid exactly (a base cell across a grid edge)."""
+    bx, by = base_shape(base_grid)
+    cell = np.arange(bx * by, dtype=np.int64)
+    first = grid_cell_offsets(grids)
+    cols = []
+    for k, (nx, ny) in enumerate(grids):
+        fx = _axis_cells(base_grid[0], nx)
+        fy = _axis_cells(tuple(base_grid[1:]), ny)
+        if fx is None or fy is None:
+            raise SpecError(f"HeatMap: base grid {tuple(base_grid)} does not refine the "
+                            f"{nx}x{ny} grid exactly (a base cell crosses one of its edges); "
+                            "leave grids=None to fold by overlap at report time")
+        cols.append(first[k] + fy[cell // bx] * nx + fx[cell % bx])
+    return np.stack(cols, axis=1)
 
 
 def q3_rows(window_batch: pa.RecordBatch, grid: tuple[int, int],

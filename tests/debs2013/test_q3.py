@@ -215,3 +215,88 @@ def test_all_grids_equal_the_per_row_reference(base_grid, per_row, shuffle):
                 np.testing.assert_allclose(got[k], exp[k], rtol=1e-12, atol=0)
             else:
                 assert got[k] == exp[k], k
+
+
+@pytest.mark.parametrize("base_grid", [(64, 100, 13), (128, 200, 13)])
+@pytest.mark.parametrize("denominator", ["field", "window"])
+def test_folded_heat_map_state_gives_the_rows_of_the_per_row_reference(base_grid, denominator):
+    """``HeatMap(base, grids=Q3_GRIDS)`` folds each map's base cells into the four grids as it
+    enters or leaves (add / remove, their batch forms, merge); the report of its results
+    (``q3_all_grids(folded=True)``) must equal :func:`q3_rows`, grid by grid, on the base-grid
+    states of the same maps: same rows in (window row, grid, cell) order, same corners, the
+    same percentages to the last bit (the sums are the same integers)."""
+    from debs2013 import constants as C
+    from debs2013.dataflow import grid_name, q3_all_grids, q3_all_grids_chunked
+    from debs2013.q3 import base_shape
+
+    rng = np.random.default_rng(len(base_grid) + len(denominator))
+    bx, by = base_shape(base_grid)
+    base, folded = HeatMap(base_grid), HeatMap(base_grid, C.Q3_GRIDS)
+    maps = []
+    for i in range(60):
+        k = 0 if i % 13 == 4 else int(rng.integers(1, 40))
+        c = np.unique(rng.integers(0, bx * by, k))
+        maps.append((c, rng.integers(1, 10**12, len(c))))
+    sb, sf = base.init(), folded.init()
+    res_b, res_f, ends = [], [], []
+    for i, (c, t) in enumerate(maps):       # a sliding window of 7 maps, in several forms
+        if i % 3 == 0:
+            sb, sf = base.add(sb, (c, t)), folded.add(sf, (c, t))
+        elif i % 3 == 1:
+            sb = base.add_batch(sb, (np.array([c], object), np.array([t], object)))
+            sf = folded.add_batch(sf, (np.array([c], object), np.array([t], object)))
+        else:
+            sb = base.merge(sb, base.add(base.init(), (c, t)))
+            sf = folded.merge(sf, folded.add(folded.init(), (c, t)))
+        if i >= 7:
+            old = maps[i - 7]
+            sb, sf = base.remove(sb, old), folded.remove_batch(
+                sf, (np.array([old[0]], object), np.array([old[1]], object)))
+        res_b.append(base.result(sb))
+        res_f.append(folded.result(sf))
+        ends.append((i + 1) * PS)
+
+    def window_batch(results):
+        heat = pa.StructArray.from_arrays(
+            [pa.array([r["cells"] for r in results], pa.list_(pa.int32())),
+             pa.array([r["times"] for r in results], pa.list_(pa.int64()))],
+            fields=list(base.output_type([])))
+        e = np.array(ends)
+        return pa.record_batch(
+            [pa.array([f"P{i % 5}" for i in range(len(results))]), pa.array(e - 7 * PS),
+             pa.array(e), pa.array([True] * len(results)), heat],
+            names=["player_id", "window_start", "window_end", "final", "heat"])
+
+    for corners in ("mm", "exact"):
+        cfg = Q3Config(base_grid=base_grid, corners=corners, denominator=denominator)
+        got = q3_all_grids(window_batch(res_f), cfg, folded=True)
+        chunks = q3_all_grids_chunked(window_batch(res_f), cfg, max_rows=300, folded=True)
+        assert len(chunks) > 1
+        assert pa.Table.from_batches(chunks).equals(pa.Table.from_batches([got]))
+        got = got.to_pydict()
+        ref = window_batch(res_b)
+        per_grid = {g: q3_rows(ref, g, cfg).to_pylist() for g in C.Q3_GRIDS}
+        exp = {k: [] for k in got}
+        for end in ends:
+            for g in C.Q3_GRIDS:
+                for r in per_grid[g]:
+                    if r["ts"] == end:
+                        for k, v in r.items():
+                            exp[k].append(v)
+                        exp["grid"].append(grid_name(g))
+        assert len(got["ts"]) == len(exp["ts"]) > 100
+        for k in got:
+            if k == "percent_time_in_cell":
+                np.testing.assert_allclose(got[k], exp[k], rtol=2e-16, atol=0)
+            else:
+                assert got[k] == exp[k], k
+
+
+def test_a_folded_heat_map_needs_a_base_grid_that_refines_the_grids():
+    from debs2013 import constants as C
+    from epic.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"does not refine the 8x13 grid"):
+        HeatMap((64, 100), C.Q3_GRIDS)
+    with pytest.raises(ValueError, match="a state of 7168 cells, expected 8504"):
+        HeatMap((64, 100, 13), C.Q3_GRIDS).result(np.zeros(7168, np.int64))
