@@ -702,17 +702,20 @@ def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema) 
     else:
         starts = batch.column("window_start").to_numpy(zero_copy_only=False).astype(np.int64)
         denom = (ends - starts).astype(np.float64)
-    d = denom[row]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pct = np.where(d > 0, 100.0 * times / np.where(d > 0, d, 1.0), 0.0)
+    d = denom.take(row)          # ndarray.take: a fraction of fancy indexing's cost
+    if not len(d) or d.min() > 0:
+        pct = times * 100.0      # the same operations as below, in place
+        pct /= d
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pct = np.where(d > 0, 100.0 * times / np.where(d > 0, d, 1.0), 0.0)
     names = pa.array([grid_name(gr) for gr in C.Q3_GRIDS], pa.string())
-    rows = pa.array(row)
     return pa.RecordBatch.from_arrays([
-        pa.array(ends[row], pa.int64()),
-        batch.column("player_id").take(rows),
-        *(pa.array(t[gc], schema.field(k).type) for k, t in enumerate(corners, start=2)),
+        pa.array(ends.take(row), pa.int64()),
+        batch.column("player_id").take(pa.array(row)),
+        *(pa.array(t.take(gc), schema.field(k).type) for k, t in enumerate(corners, start=2)),
         pa.array(pct, pa.float64()),
-        names.take(pa.array(grid_of[gc])),
+        names.take(pa.array(grid_of.take(gc))),
     ], schema=schema)
 
 
