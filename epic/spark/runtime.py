@@ -503,14 +503,16 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
     # Crash points (tests) kill the driver's process group, whichever process reaches them.
     os.environ["EPIC_DRIVER_PGID"] = str(os.getpgrp())
     if spark is None:
+        from epic.spark.cds import cds_options
         from epic.spark.session import build_session
         from epic.spark.ship import shipping
 
+        jconf = cds_options(master, _local_jit(master, _spark_scratch(driver, master, conf)),
+                            _jvm_running())
         with span("session", topology.name, "driver"):
             spark = build_session(master, ui=ui, slots=local_slots(topology, bool(_flag(
                 (conf or {}).get(SOURCE_FIRST_CONF), SOURCE_FIRST_CONF))), conf=shipping(
-                topology, driver, master=master, archive=archive,
-                conf=_local_jit(master, _spark_scratch(driver, master, conf))))
+                topology, driver, master=master, archive=archive, conf=jconf))
     elif conf:
         for k, v in conf.items():  # a shared session: only what can change at runtime
             if not spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:
