@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -400,3 +401,42 @@ def test_quoting_looks_at_the_bytes_of_a_slice_only(tmp_path):
         with CsvWriter(path, header=False) as w:
             w.write(parent.slice(start, length))
         assert path.read_text() == expected
+
+
+def test_a_writer_stops_counting_a_float_column_whose_dictionary_does_not_pay(tmp_path,
+                                                                              monkeypatch):
+    """Counting a float column's distinct values costs as much as formatting it: after a miss
+    the writer skips the count for its next tables (1, 2, 4 ... up to 64), and a hit resets the
+    skips. The bytes are pyarrow's either way."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    calls = []
+    real = csvio.pc.dictionary_encode
+    monkeypatch.setattr(csvio.pc, "dictionary_encode",
+                        lambda a, *k, **kw: calls.append(len(a)) or real(a, *k, **kw))
+
+    def table(distinct: bool):
+        head = rng.standard_normal(2500)[rng.integers(0, 2500, 2048)]  # ~68 % distinct
+        rest = rng.standard_normal(n - 2048) if distinct else \
+            rng.standard_normal(50)[rng.integers(0, 50, n - 2048)]
+        return pa.table({"pct": np.concatenate([head, rest])})
+
+    kinds = [True] * 12 + [False] + [True] * 3
+    tables = [table(d) for d in kinds]
+    path = tmp_path / "out.csv"
+    with CsvWriter(path, header=False) as w:
+        for t in tables:
+            w.write(t)
+    # counted: table 0 (miss, skip 1), 2 (miss, skip 2), 5 (skip 4), 10 (skip 8: 11-18)...;
+    # without the skips every one of the 16 tables would be counted
+    assert len(calls) == 4, calls
+    ref = pa.BufferOutputStream()
+    pacsv.write_csv(pa.concat_tables(tables), ref, write_options=pacsv.WriteOptions(
+        include_header=False, quoting_style="none"))
+    assert path.read_bytes() == ref.getvalue().to_pybytes()
+    # a hit resets the skips: mostly-repeated tables are counted (and formatted by dictionary)
+    calls.clear()
+    memo = {}
+    for d in (True, False, False, False):
+        csvio._preformat(table(d), memo)
+    assert len(calls) == 3 and memo == {}   # miss, (skip), hit, hit
