@@ -64,8 +64,8 @@ def test_a_deploy_runs_with_a_corrupt_archive(tmp_path):
     env.pop(cds.CDS_ENV, None)
     code = textwrap.dedent(f"""
         import os, sys
-        from epic.spark import cds
-        path = cds.archive_path(cds._deploy_conf())
+        from epic.spark import cds, cds_setup
+        path = cds.archive_path(cds_setup.deploy_conf())
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(os.urandom(1 << 16))

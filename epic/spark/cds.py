@@ -4,8 +4,8 @@ Starting the driver JVM and its SparkContext took 5.3-6.1 s of a DEBS deploy on 
 machine, most of it loading and verifying some ten thousand classes from 250 jars (in a JFR
 profile, 62 % of the JVM's Java samples fell in its first ten seconds, a quarter of all of them
 in jar lookups, ``ZipFile.getEntry``). Java's
-class data sharing maps classes from an archive instead. :func:`main` (``python -m
-epic.spark.cds``, run by ``scripts/setup``) writes one: a small warm-up deploy in a child process
+class data sharing maps classes from an archive instead. :func:`epic.spark.cds_setup.main` (``python -m
+epic.spark.cds_setup``, run by ``scripts/setup``) writes one: a small warm-up deploy in a child process
 whose JVM runs with ``-XX:ArchiveClassesAtExit`` and writes the archive as it exits; it is then
 renamed into place. A deploy that starts a local session adds ``-XX:SharedArchiveFile``
 (:func:`cds_options`): a DEBS 2-minute deploy's session took 3.0 s instead of 5.3-5.8 s
@@ -18,7 +18,8 @@ archive matches its class path and Java, and starts without it otherwise (its ``
 off, so this is silent). Not used: a master other than ``local`` (its driver may run
 elsewhere), a session already running in this process, JVM options of the user's that choose an
 archive (``Xshare``, ``SharedArchiveFile``, ``ArchiveClassesAtExit``,
-``RecordDynamicDumpInfo``), no archive for the key, and ``EPIC_JVM_CDS=0``.
+``RecordDynamicDumpInfo``), no archive for the key, a cache path with blanks, and
+``EPIC_JVM_CDS=0``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["cds_options", "archive_path", "archive_key", "cache_dir", "main", "CDS_ENV"]
+__all__ = ["cds_options", "archive_path", "archive_key", "cache_dir", "CDS_ENV", "DUMP_TIMEOUT"]
 
 #: ``EPIC_JVM_CDS=0`` turns the class archive off.
 CDS_ENV = "EPIC_JVM_CDS"
@@ -89,7 +90,7 @@ def archive_key(conf: dict) -> str | None:
 def cds_options(master: str | None, conf: dict, running: bool) -> dict:
     """``conf`` with the JVM options that start the driver JVM from this machine's class archive
     when there is one (:func:`archive_path`), or that write one at the JVM's exit
-    (``EPIC_JVM_CDS=record:<path>``, :func:`main`'s warm-up deploy)."""
+    (``EPIC_JVM_CDS=record:<path>``: the warm-up deploy of :mod:`epic.spark.cds_setup`)."""
     mode = os.environ.get(CDS_ENV, "1").strip()
     if mode.lower() in ("0", "false", "no", "off"):
         return conf
@@ -99,12 +100,15 @@ def cds_options(master: str | None, conf: dict, running: bool) -> dict:
     if any(o in given or o in os.environ.get("JAVA_TOOL_OPTIONS", "") for o in _USER_OPTIONS):
         return conf
     if mode.startswith("record:"):
-        opt = f"-XX:ArchiveClassesAtExit={mode[len('record:'):]}"
+        path = mode[len("record:"):]
+        opt = f"-XX:ArchiveClassesAtExit={path}"
     else:
         path = archive_path(conf)
         if path is None or not os.path.isfile(path):
             return conf
         opt = f"-XX:SharedArchiveFile={path}"
+    if any(c.isspace() for c in path):   # Spark splits the JVM options at blanks
+        return conf
     conf = dict(conf)
     conf["spark.driver.extraJavaOptions"] = f"{given} {opt} {_QUIET}".strip()
     return conf
@@ -114,109 +118,3 @@ def archive_path(conf: dict) -> str | None:
     """Where the class archive of a JVM that ``conf`` would start is (None without Java)."""
     key = archive_key(conf)
     return None if key is None else os.path.join(cache_dir(), f"{key}.jsa")
-
-
-def _deploy_conf() -> dict:
-    """The JVM settings ``epic deploy`` gives a local session it starts (see
-    ``runtime._local_jit``)."""
-    from epic.spark.runtime import _local_jit
-
-    return _local_jit(None, {})
-
-
-def _warm(workdir: str) -> None:
-    """The warm-up deploy (run in a child process by :func:`main`): a small keyed window topology
-    from an iterator source to a Parquet sink, fused, so that the JVM loads what a deploy loads;
-    prints the JVM's pid. The JVM writes its archive when this process has exited."""
-    import numpy as np
-    import pyarrow as pa
-
-    import epic
-    from epic.spark.runtime import deploy
-
-    def rows():
-        rng = np.random.default_rng(0)
-        for i in range(4):
-            n = 5000
-            yield pa.table({"k": rng.integers(0, 8, n), "t": np.arange(i * n, (i + 1) * n) * 10,
-                            "v": rng.random(n)})
-
-    t = epic.Topology("jvm_warm_up")
-    src = t.source("readings", epic.iterator_source(rows, schema=pa.schema(
-        [("k", pa.int64()), ("t", pa.int64()), ("v", pa.float64())]), time="t", unit="ms"))
-    w = t.window("avg", src, epic.few_time(10, 1, 1), key="k", aggregates=[epic.mean("v")])
-    t.sink("out", w, epic.parquet_sink(os.path.join(workdir, "out.parquet")))
-    deploy(t, os.path.join(workdir, "work"), fuse=True)
-    from pyspark import SparkContext
-
-    print(int(SparkContext._active_spark_context._jvm.java.lang.ProcessHandle.current().pid()),
-          flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m epic.spark.cds``: write this machine's class archive for ``epic deploy``'s
-    driver JVM, unless it is there already (``scripts/setup`` runs it). Exit status 0 when the
-    archive exists afterwards."""
-    import tempfile
-    import time
-
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--warm"]:
-        _warm(args[1])
-        return 0
-    if os.environ.get(CDS_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        print(f"epic: {CDS_ENV}=0, no JVM class archive", file=sys.stderr)
-        return 0
-    path = archive_path(_deploy_conf())
-    if path is None:
-        print("epic: no java found, no JVM class archive", file=sys.stderr)
-        return 1
-    if os.path.isfile(path):
-        print(f"epic: the JVM class archive is there: {path}", file=sys.stderr)
-        return 0
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="epic-jvm-warm-") as wd:
-        env = {**os.environ, CDS_ENV: f"record:{tmp}"}
-        try:
-            out = subprocess.run([sys.executable, "-m", "epic.spark.cds", "--warm", wd],
-                                 env=env, capture_output=True, text=True, timeout=DUMP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            print(f"epic: the warm-up deploy took over {DUMP_TIMEOUT} s, no JVM class archive",
-                  file=sys.stderr)
-            return 1
-        pid = None
-        for line in out.stdout.split():
-            if line.strip().isdigit():
-                pid = int(line)
-        if out.returncode != 0 or pid is None:
-            print(f"epic: the warm-up deploy failed (exit {out.returncode}), no JVM class "
-                  f"archive:\n{out.stderr[-2000:]}", file=sys.stderr)
-            return 1
-        # the JVM writes the archive as it exits, after the warm-up process has ended
-        deadline = time.monotonic() + DUMP_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            except PermissionError:
-                pass
-            time.sleep(0.1)
-    if not os.path.isfile(tmp) or os.path.getsize(tmp) == 0:
-        print("epic: the JVM wrote no class archive (its Java may lack class data sharing)",
-              file=sys.stderr)
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        return 1
-    os.replace(tmp, path)
-    print(f"epic: wrote the JVM class archive in {time.monotonic() - t0:.1f} s: {path} "
-          f"({os.path.getsize(path) / 2**20:.0f} MiB)", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

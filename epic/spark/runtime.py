@@ -26,7 +26,7 @@ from epic.spark.status import STATUS, STOP, Stats, read_status, request_stop, st
 from epic.topics import Topic
 from epic.topology import Topology
 
-__all__ = ["deploy", "DeployResult", "read_status", "request_stop", "plan_modes"]
+__all__ = ["deploy", "DeployResult", "read_status", "request_stop", "plan_modes", "local_jit"]
 
 
 @dataclass
@@ -400,7 +400,7 @@ def _spark_scratch(driver: str, master: str | None, conf: dict | None) -> dict:
     return conf
 
 
-#: The JIT setting of a local deploy's JVM (:func:`_local_jit`).
+#: The JIT setting of a local deploy's JVM (:func:`local_jit`).
 LOCAL_JIT = "-XX:TieredStopAtLevel=1"
 
 
@@ -461,7 +461,7 @@ def _flag(value, name: str) -> bool | None:
     return v
 
 
-def _local_jit(master: str | None, conf: dict) -> dict:
+def local_jit(master: str | None, conf: dict) -> dict:
     """``conf`` with the driver JVM compiling by C1 only (:data:`LOCAL_JIT`), for a local master.
 
     In a deploy the JVM plans micro-batches and carries commit messages (tasks read and write
@@ -507,7 +507,7 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
         from epic.spark.session import build_session
         from epic.spark.ship import shipping
 
-        jconf = cds_options(master, _local_jit(master, _spark_scratch(driver, master, conf)),
+        jconf = cds_options(master, local_jit(master, _spark_scratch(driver, master, conf)),
                             _jvm_running())
         with span("session", topology.name, "driver"):
             spark = build_session(master, ui=ui, slots=local_slots(topology, bool(_flag(

@@ -51,21 +51,21 @@ def test_freeze_is_redone_when_modules_were_imported(monkeypatch):
 def test_local_deploy_jvm_compiles_with_c1_unless_told_otherwise(monkeypatch):
     from pyspark import SparkContext
 
-    from epic.spark.runtime import LOCAL_JIT, _local_jit
+    from epic.spark.runtime import LOCAL_JIT, local_jit
 
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)
     opts = "spark.driver.extraJavaOptions"
-    assert _local_jit(None, {})[opts] == LOCAL_JIT
-    assert _local_jit("local[2]", {opts: "-Dx=1"})[opts] == f"{LOCAL_JIT} -Dx=1"
+    assert local_jit(None, {})[opts] == LOCAL_JIT
+    assert local_jit("local[2]", {opts: "-Dx=1"})[opts] == f"{LOCAL_JIT} -Dx=1"
     mine = {opts: "-XX:-TieredCompilation"}
-    assert _local_jit("local[2]", mine) == mine                  # the user's JIT setting wins
-    assert _local_jit("spark://h:7077", {}) == {}                 # a cluster's JVMs: untouched
+    assert local_jit("local[2]", mine) == mine                  # the user's JIT setting wins
+    assert local_jit("spark://h:7077", {}) == {}                 # a cluster's JVMs: untouched
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=4")
-    assert _local_jit("local[2]", {}) == {}
+    assert local_jit("local[2]", {}) == {}
     monkeypatch.delenv("JAVA_TOOL_OPTIONS")
     monkeypatch.setattr(SparkContext, "_active_spark_context", object())
-    assert _local_jit("local[2]", {}) == {}                       # a running JVM keeps its own
+    assert local_jit("local[2]", {}) == {}                       # a running JVM keeps its own
 
 
 _FAULTS = r"""
