@@ -180,6 +180,32 @@ def _heat_rows(rng, n, size, per_row, shuffle=False):
         names=["player_id", "window_start", "window_end", "final", "heat"])
 
 
+def _reference_rows(batch, cfg, got) -> dict:
+    """The rows of :func:`q3_rows`, one window row and one grid at a time, in the report's
+    (window row, grid, cell) order, as columns named like ``got``'s (window ends distinct)."""
+    from debs2013 import constants as C
+    from debs2013.dataflow import grid_name
+
+    per_grid = {g: q3_rows(batch, g, cfg).to_pylist() for g in C.Q3_GRIDS}
+    exp = {k: [] for k in got}
+    for end in batch.column("window_end").to_pylist():
+        for g in C.Q3_GRIDS:
+            for r in per_grid[g]:
+                if r["ts"] == end:
+                    for k, v in r.items():
+                        exp[k].append(v)
+                    exp["grid"].append(grid_name(g))
+    return exp
+
+
+def _assert_rows_equal(got: dict, exp: dict, rtol: float) -> None:
+    for k in got:
+        if k == "percent_time_in_cell":
+            np.testing.assert_allclose(got[k], exp[k], rtol=rtol, atol=0)
+        else:
+            assert got[k] == exp[k], k
+
+
 @pytest.mark.parametrize("base_grid", [(64, 100, 13), (64, 100), (64, 1300), (128, 200)])
 @pytest.mark.parametrize("per_row", [4, 3000])
 @pytest.mark.parametrize("shuffle", [False, True], ids=["ascending", "shuffled"])
@@ -190,8 +216,7 @@ def test_all_grids_equal_the_per_row_reference(base_grid, per_row, shuffle):
     cell) order, same corners, percentages equal to 1e-12 (exact where the grids divide each
     other). Sparse and dense rows, empty rows, base grids that divide the four grids or not,
     and cells out of order (not what HeatMap gives, but not to be miscounted)."""
-    from debs2013 import constants as C
-    from debs2013.dataflow import grid_name, q3_all_grids
+    from debs2013.dataflow import q3_all_grids
     from debs2013.q3 import base_shape
 
     rng = np.random.default_rng(per_row * 7 + len(base_grid))
@@ -200,21 +225,9 @@ def test_all_grids_equal_the_per_row_reference(base_grid, per_row, shuffle):
         cfg = Q3Config(base_grid=base_grid, corners=corners)
         batch = _heat_rows(rng, 40, bx * by, per_row, shuffle)
         got = q3_all_grids(batch, cfg).to_pydict()
-        per_grid = {g: q3_rows(batch, g, cfg).to_pylist() for g in C.Q3_GRIDS}
-        exp = {k: [] for k in got}
-        for end in batch.column("window_end").to_pylist():   # distinct: one window row each
-            for g in C.Q3_GRIDS:
-                for r in per_grid[g]:
-                    if r["ts"] == end:
-                        for k, v in r.items():
-                            exp[k].append(v)
-                        exp["grid"].append(grid_name(g))
+        exp = _reference_rows(batch, cfg, got)
         assert len(got["ts"]) == len(exp["ts"]) > 0
-        for k in got:
-            if k == "percent_time_in_cell":
-                np.testing.assert_allclose(got[k], exp[k], rtol=1e-12, atol=0)
-            else:
-                assert got[k] == exp[k], k
+        _assert_rows_equal(got, exp, rtol=1e-12)
 
 
 @pytest.mark.parametrize("base_grid", [(64, 100, 13), (128, 200, 13)])
@@ -226,7 +239,7 @@ def test_folded_heat_map_state_gives_the_rows_of_the_per_row_reference(base_grid
     states of the same maps: same rows in (window row, grid, cell) order, same corners, the
     same percentages to the last bit (the sums are the same integers)."""
     from debs2013 import constants as C
-    from debs2013.dataflow import grid_name, q3_all_grids, q3_all_grids_chunked
+    from debs2013.dataflow import q3_all_grids, q3_all_grids_chunked
     from debs2013.q3 import base_shape
 
     rng = np.random.default_rng(len(base_grid) + len(denominator))
@@ -274,22 +287,9 @@ def test_folded_heat_map_state_gives_the_rows_of_the_per_row_reference(base_grid
         assert len(chunks) > 1
         assert pa.Table.from_batches(chunks).equals(pa.Table.from_batches([got]))
         got = got.to_pydict()
-        ref = window_batch(res_b)
-        per_grid = {g: q3_rows(ref, g, cfg).to_pylist() for g in C.Q3_GRIDS}
-        exp = {k: [] for k in got}
-        for end in ends:
-            for g in C.Q3_GRIDS:
-                for r in per_grid[g]:
-                    if r["ts"] == end:
-                        for k, v in r.items():
-                            exp[k].append(v)
-                        exp["grid"].append(grid_name(g))
+        exp = _reference_rows(window_batch(res_b), cfg, got)
         assert len(got["ts"]) == len(exp["ts"]) > 100
-        for k in got:
-            if k == "percent_time_in_cell":
-                np.testing.assert_allclose(got[k], exp[k], rtol=2e-16, atol=0)
-            else:
-                assert got[k] == exp[k], k
+        _assert_rows_equal(got, exp, rtol=2e-16)
 
 
 def test_a_folded_heat_map_needs_a_base_grid_that_refines_the_grids():
