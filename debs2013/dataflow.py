@@ -630,20 +630,9 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config, folded: bool = False) 
             raise SpecError("debs2013: q3_all_grids(folded=True) writes the non-zero cells only; "
                             "dense output folds at report time (folded=False)")
         return _q3_folded_rows(batch, config, schema)
-    heat = batch.column("heat")
-    parts_ = dict(zip([f.name for f in heat.type], heat.flatten()))  # slice-aware children
-    cells_l, times_l = parts_["cells"], parts_["times"]
-    counts = np.diff(cells_l.offsets.to_numpy()) if len(cells_l) else np.zeros(0, np.int64)
-    cells = cells_l.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    times = times_l.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
-    row = np.repeat(np.arange(n, dtype=np.int64), counts)
-    ends = batch.column("window_end").to_numpy(zero_copy_only=False).astype(np.int64)
-    if config.denominator == "field":
-        denom = np.bincount(row, weights=times, minlength=n)
-    else:
-        starts = batch.column("window_start").to_numpy(zero_copy_only=False).astype(np.int64)
-        denom = (ends - starts).astype(np.float64)
-    grid_of, corners, first_cell = _cell_tables(config.corners)
+    row, cells, times, ends = _heat_columns(batch)
+    denom = _denominators(batch, config, ends, row, times)
+    first_cell = _cell_tables(config.corners)[2]
     ascending = _ascending(row, cells)   # once for the four grids
     folded = _fold_grids(row, cells, times, tuple(config.base_grid), ascending)
     parts = []   # (row, global cell, pct)
@@ -672,44 +661,38 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config, folded: bool = False) 
         first = np.cumsum(per[:, gi]) - per[:, gi]  # index in the part of each row's first
         pos = starts[pr, gi] + (np.arange(len(pr)) - first[pr])
         r[pos], gc[pos], pct[pos] = pr, pgc, pp
-    names = pa.array([grid_name(gr) for gr in C.Q3_GRIDS], pa.string())
-    return pa.RecordBatch.from_arrays([
-        pa.array(ends[r], pa.int64()),
-        batch.column("player_id").take(pa.array(r)),
-        *(pa.array(t[gc], schema.field(k).type) for k, t in enumerate(corners, start=2)),
-        pa.array(pct, pa.float64()),
-        names.take(pa.array(grid_of[gc])),
-    ], schema=schema)
+    return _q3_batch(batch, config, schema, ends, r, gc, pct)
 
 
-def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema) -> pa.RecordBatch:
-    """:func:`q3_all_grids` of already folded heat cells: a row per cell, in the cells' order."""
-    n = batch.num_rows
+def _heat_columns(batch: pa.RecordBatch):
+    """``(row, cell, time, window end)`` of a heat-map window batch's sparse cells, one entry per
+    cell (``row``: its window row; times as float64, exact for whole ps below 2^53)."""
     heat = batch.column("heat")
     parts_ = dict(zip([f.name for f in heat.type], heat.flatten()))  # slice-aware children
     cells_l, times_l = parts_["cells"], parts_["times"]
-    counts = np.diff(cells_l.offsets.to_numpy()) if len(cells_l) else np.zeros(n, np.int64)
-    gc = cells_l.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    counts = np.diff(cells_l.offsets.to_numpy())
+    cells = cells_l.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
     times = times_l.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
-    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    row = np.repeat(np.arange(batch.num_rows, dtype=np.int64), counts)
     ends = batch.column("window_end").to_numpy(zero_copy_only=False).astype(np.int64)
-    grid_of, corners, first_cell = _cell_tables(config.corners)
+    return row, cells, times, ends
+
+
+def _denominators(batch, config: Q3Config, ends, row, times) -> np.ndarray:
+    """Per window row, what its percentages divide by: the player's time in the field (the sum
+    of the given cells' times) or the window's length."""
     if config.denominator == "field":
-        # the player's time in the field: the sum over one grid's cells (each grid covers the
-        # field once), the coarsest, whose cells come first in each row
-        g0 = gc < first_cell[1]
-        denom = np.bincount(row[g0], weights=times[g0], minlength=n)
-    else:
-        starts = batch.column("window_start").to_numpy(zero_copy_only=False).astype(np.int64)
-        denom = (ends - starts).astype(np.float64)
-    d = denom.take(row)          # ndarray.take: a fraction of fancy indexing's cost
-    if not len(d) or d.min() > 0:
-        pct = times * 100.0      # the same operations as below, in place
-        pct /= d
-    else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pct = np.where(d > 0, 100.0 * times / np.where(d > 0, d, 1.0), 0.0)
+        return np.bincount(row, weights=times, minlength=batch.num_rows)
+    starts = batch.column("window_start").to_numpy(zero_copy_only=False).astype(np.int64)
+    return (ends - starts).astype(np.float64)
+
+
+def _q3_batch(batch, config: Q3Config, schema: pa.Schema, ends, row, gc, pct) -> pa.RecordBatch:
+    """The q3 rows of window rows ``row``, global cells ``gc`` (:func:`_cell_tables`) and
+    percentages ``pct``: ``ts`` = window end, the player, the cell's corners and grid name."""
+    grid_of, corners, _ = _cell_tables(config.corners)
     names = pa.array([grid_name(gr) for gr in C.Q3_GRIDS], pa.string())
+    # ndarray.take: a fraction of fancy indexing's cost
     return pa.RecordBatch.from_arrays([
         pa.array(ends.take(row), pa.int64()),
         batch.column("player_id").take(pa.array(row)),
@@ -717,6 +700,24 @@ def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema) 
         pa.array(pct, pa.float64()),
         names.take(pa.array(grid_of.take(gc))),
     ], schema=schema)
+
+
+def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema) -> pa.RecordBatch:
+    """:func:`q3_all_grids` of already folded heat cells: a row per cell, in the cells' order."""
+    row, gc, times, ends = _heat_columns(batch)
+    first_cell = _cell_tables(config.corners)[2]
+    # the player's time in the field: the sum over one grid's cells (each grid covers the
+    # field once), the coarsest, whose cells come first in each row
+    g0 = gc < first_cell[1]
+    denom = _denominators(batch, config, ends, row[g0], times[g0])
+    d = denom.take(row)
+    if not len(d) or d.min() > 0:
+        pct = times * 100.0      # the same operations as below, in place
+        pct /= d
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pct = np.where(d > 0, 100.0 * times / np.where(d > 0, d, 1.0), 0.0)
+    return _q3_batch(batch, config, schema, ends, row, gc, pct)
 
 
 def _fold_grids(row, cells, times, base: tuple, ascending: bool) -> dict:
