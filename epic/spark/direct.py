@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import time as time_
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -51,11 +52,20 @@ from epic.spark.tags import HWM, IN, POS, RANK, STEP, WM, runs
 from epic.spark.trace import adopt, span
 from epic.storage import deferred_sync
 
-__all__ = ["Output", "Branch", "GroupPlan", "GroupPlanner", "Committer", "PlanInput", "PTR_SCHEMA"]
+__all__ = ["Output", "Branch", "GroupPlan", "GroupPlanner", "Committer", "PlanInput", "PTR_SCHEMA",
+           "split_branches", "upstream_batches", "SPLIT_SECONDS", "SPLIT_SECONDS_FINAL"]
 
 PTR = "ptr"
 #: The only rows Spark sees: one msgpack-encoded commit message per task and output.
 PTR_SCHEMA = pa.schema([pa.field(PTR, pa.binary())])
+
+#: A micro-batch of siblings expected to take at least this long in one task (the branches'
+#: measured seconds per upstream micro-batch, times the upstream micro-batches it holds) runs a
+#: task per branch instead (:func:`split_branches`)
+SPLIT_SECONDS = 10.0
+
+#: ... and so does the last micro-batch of bounded inputs when expected to take this long
+SPLIT_SECONDS_FINAL = 1.0
 
 
 @dataclass
@@ -159,6 +169,12 @@ class GroupPlan:
         ranks: input index -> the stream's time column, for an input topic written by a keyed
             time or count window over several partitions (rows with ``_rank``): the parts of
             each of its batches are read merged (:func:`merge_parts`).
+        costs: siblings' seconds per upstream micro-batch, branch by branch, as the tasks
+            measured them: a JSON file on the driver's disk that the committer adds to and the
+            planner reads to decide when a micro-batch runs a task per branch
+            (:func:`split_branches`); "" for none (one branch, or a remote work directory).
+        split_seconds: a micro-batch of siblings expected to take this long runs a task per
+            branch (:data:`SPLIT_SECONDS`, :data:`epic.spark.planner.SPLIT_SECONDS_CONF`).
     """
 
     name: str
@@ -178,6 +194,8 @@ class GroupPlan:
     branch_tasks: bool = False
     cpu_slots: int = 0
     ranks: dict = field(default_factory=dict)
+    costs: str = ""
+    split_seconds: float = SPLIT_SECONDS
 
     @property
     def outputs(self) -> list:
@@ -277,6 +295,83 @@ def _part_batch(item) -> tuple | None:
         return None
     b = segment_batch(item[1])
     return None if b is None or b[2] < 2 else b[:2]
+
+
+def upstream_batches(items) -> int:
+    """How many upstream micro-batches a task's files hold: the distinct ``(producer, batch
+    id)`` of each input's topic segments (a spooled source batch counts as one), the most over
+    the inputs; 0 for no files."""
+    from epic.topics import segment_batch
+
+    per: dict = {}
+    for i, path, kind in items:
+        b = segment_batch(path) if kind == "topic" else None
+        per.setdefault(i, set()).add(path if b is None else b[:2])
+    return max([0] + [len(v) for v in per.values()])
+
+
+def read_costs(path: str) -> dict[int, tuple[float, float]]:
+    """Branch -> (seconds, upstream micro-batches), both decayed sums (:func:`add_costs`), from
+    a :attr:`GroupPlan.costs` file (empty when there is none yet)."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        return {int(b): (float(v[0]), float(v[1])) for b, v in doc.get("branches", {}).items()}
+    except (FileNotFoundError, ValueError, KeyError, TypeError, IndexError):
+        return {}
+
+
+#: each committed micro-batch weighs the costs recorded before it by this much: a branch's cost
+#: per row grows as its windows fill (DEBS Q3's whole-game heat maps), so recent batches count most
+COST_DECAY = 0.8
+
+
+def add_costs(path: str, measured: list[dict]) -> None:
+    """Add the cost messages of a committed micro-batch (``{"b", "s", "n"}`` per task and
+    branch) to the file at ``path``, the earlier sums weighed by :data:`COST_DECAY`."""
+    if not measured:
+        return
+    costs = {b: (s_ * COST_DECAY, n_ * COST_DECAY) for b, (s_, n_) in read_costs(path).items()}
+    for m in measured:
+        s_, n_ = costs.get(int(m["b"]), (0.0, 0.0))
+        costs[int(m["b"])] = (s_ + float(m["s"]), n_ + float(m["n"]))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_json(path, {"branches": {str(b): [s_, n_] for b, (s_, n_) in sorted(costs.items())}},
+                indent=None)
+
+
+def split_branches(nbranches: int, costs: dict, batches: int, final: bool,
+                   seconds: float = SPLIT_SECONDS) -> tuple[list[int] | None, float | None]:
+    """Whether a micro-batch of ``nbranches`` siblings holding ``batches`` upstream micro-batches
+    runs a task per branch, and in which order: ``(branches, expected seconds)``, branches
+    ``None`` for one task running them all.
+
+    Siblings share one task, which reads the input once: cheapest while the query keeps up.
+    A query that fell behind (DEBS Q3's four heat-map windows, the heaviest query of the game)
+    gets ever larger micro-batches, and its last ones, after every other query has finished,
+    ran on one core while the other idled (26-33 s of the full game). So a micro-batch expected
+    to take ``seconds`` (:data:`SPLIT_SECONDS`) or more in one task (each branch's measured
+    seconds per upstream micro-batch and task, ``costs``, times ``batches``; with key
+    partitions, each task runs every branch over its keys), or the last one of bounded inputs
+    (``final``) expected to take :data:`SPLIT_SECONDS_FINAL` (or ``seconds`` if lower) or with
+    no costs yet, runs a task per branch, the costliest first: Spark starts tasks in partition
+    order, so the longest task does not start last (longest processing time first). The
+    outputs are the same either way (each branch keeps its state, outputs and producer ids).
+
+    >>> split_branches(3, {0: (4.0, 2), 1: (16.0, 2), 2: (10.0, 2)}, 1, False)
+    ([1, 2, 0], 15.0)
+    >>> split_branches(3, {0: (4.0, 4), 1: (16.0, 4), 2: (10.0, 4)}, 1, False)
+    (None, 7.5)
+    """
+    if nbranches < 2:
+        return None, None
+    rate = {b: s_ / n_ for b, (s_, n_) in costs.items() if n_ > 0 and 0 <= b < nbranches}
+    known = len(rate) == nbranches
+    est = batches * sum(rate.values()) if known else None
+    if not (final and (est is None or est >= min(SPLIT_SECONDS_FINAL, seconds))
+            or est is not None and est >= seconds):
+        return None, est
+    return sorted(range(nbranches), key=lambda b: (-rate.get(b, 0.0), b)), est
 
 
 def merge_parts(plan: GroupPlan, items, time: str) -> Iterator[pa.RecordBatch]:
@@ -419,6 +514,8 @@ def _decode(data: bytes):
     from epic.topics import TempSegment
 
     d = msgpack.unpackb(data)
+    if d["k"] == "cost":
+        return None, d
     if d["k"] == "topic":
         t = d["temp"]
         return d["o"], TopicCommitMessage(None if t is None else TempSegment(*t), d["wm"],
@@ -450,14 +547,18 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
 
     branches = plan.branches
     msgs: list = []
+    first = 0
     if part.branch is not None:
         # one branch: its outputs' commit messages keep their indexes in ``plan.outputs``
         msgs = [None] * sum(len(b.all_outputs()) for b in branches[:part.branch])
         branches = [branches[part.branch]]
+        first = part.branch
     shared = len(branches) > 1
     rows = list(_read_items(plan, part)) if shared else None
     keyed = None   # the positioned (and key-filtered) rows, shared by branches without pre
-    for br in branches:
+    costs = []     # (branch, seconds) for the planner's split_branches
+    for bi, br in enumerate(branches, start=first):
+        t0 = time_.perf_counter()
         # Outputs that are all files need no markers from the snapshot: stream them (a Q3
         # micro-batch of heat-map windows is ~10^8 CSV rows).
         stream = br.files_only
@@ -478,9 +579,14 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
             it = run_stateful(br.st, it, stream=stream,
                                high=high if plan.key is not None and time else None)
         _finish(br, _rest(br, it, stream), msgs)
+        costs.append((bi, time_.perf_counter() - t0))
     rows = keyed = it = None
     release_memory(above=WORKER_KEEPS)
     msgs = [m for m in msgs if m is not None]
+    n = upstream_batches(part.items) if plan.costs else 0
+    if n:   # an empty micro-batch measures nothing
+        msgs += [msgpack.packb({"o": -1, "k": "cost", "b": b, "s": sec, "n": n})
+                 for b, sec in costs]
     yield pa.RecordBatch.from_arrays([pa.array(msgs, pa.binary())], schema=PTR_SCHEMA)
 
 
@@ -631,7 +737,19 @@ class GroupPlanner:
         e = None if plan.fs is None else end
         if plan.stateful:
             keys = max(1, plan.partitions) if plan.key is not None else 1
-            per = range(len(plan.branches)) if plan.branch_tasks else (None,)
+            if plan.branch_tasks:
+                per = range(len(plan.branches))
+            else:
+                order = None
+                if plan.costs and sum(rows):
+                    final = all(bool(x.get("eos")) for x in self._split(end))
+                    order, est = split_branches(len(plan.branches), read_costs(plan.costs),
+                                                upstream_batches(items), final,
+                                                plan.split_seconds)
+                    sp["split"] = order is not None
+                    if est is not None:
+                        sp["expected_s"] = round(est, 2)
+                per = (None,) if order is None else order
             return [GroupPartition(i * keys + p, items, p if plan.key is not None else None, e, b)
                     for i, b in enumerate(per) for p in range(keys)]
         if len(items) <= 1:
@@ -821,10 +939,11 @@ class Committer:
     group task wrote; the driver's ``commit`` hands them, output by output, to the outputs'
     writers (idempotent per producer and batch id)."""
 
-    def __init__(self, outputs: list, name: str = "", trace: str = ""):
+    def __init__(self, outputs: list, name: str = "", trace: str = "", costs: str = ""):
         self.outputs = outputs
         self.name = name  # the query's (trace spans)
         self.trace = trace
+        self.costs = costs  # GroupPlan.costs: where the branches' measured seconds go
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -836,20 +955,29 @@ class Committer:
             got.extend(b.column(0).to_pylist())
         return Pointers(tuple(got))
 
-    def _by_output(self, messages) -> list[list]:
+    def _by_output(self, messages, costs: list | None = None) -> list[list]:
         per = [[] for _ in self.outputs]
         for m in messages or ():
             if m is None:
                 continue
             for data in m.data:
                 i, msg = _decode(data)
+                if i is None:       # a branch's measured seconds
+                    if costs is not None:
+                        costs.append(msg)
+                    continue
                 per[i].append(msg)
         return per
 
     def commit(self, messages, batch_id: int) -> None:
         with span("commit", self.name, "commit", batch=batch_id):
-            for o, ms in zip(self.outputs, self._by_output(messages)):
+            costs: list = []
+            for o, ms in zip(self.outputs, self._by_output(messages, costs)):
                 o.writer.commit(ms, batch_id)
+            if self.costs:
+                # after the outputs: a replay of this batch may count it twice, which only
+                # nudges an estimate (the files are the same with or without a split)
+                add_costs(self.costs, costs)
         release_memory()
 
     def abort(self, messages, batch_id: int) -> None:

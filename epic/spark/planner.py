@@ -16,6 +16,9 @@ Layout of a work directory::
     <workdir>/sinks/<node>           topics behind console and collect sinks
     <workdir>/spool/<query>/         a source's planned batches, until their micro-batch commits
     <workdir>/stats/<query>.json     input rows per query (the planner counts them)
+    <workdir>/stats/<q>.branches.json  siblings' seconds per branch, measured by the tasks:
+                                     when a micro-batch runs a task per branch
+                                     (direct.split_branches)
     <workdir>/status.json            per-query progress, rewritten while the deploy runs
     <workdir>/STOP                   `epic stop` creates it; the driver stops and exits
     <workdir>/spark-local/           Spark's scratch space (spark.local.dir) of a session the
@@ -32,6 +35,7 @@ output.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 
@@ -45,7 +49,8 @@ from epic.topology import (FilterNode, FlatMapNode, MapNode, MergeNode, ProcessN
                            SourceNode, SplitNode, Stream, Topology, WindowNode)
 
 __all__ = ["DeployPlan", "QueryPlan", "plan_modes", "plan_groups", "plan_attached", "plan_units",
-           "plan_inlets", "group_name", "unit_name", "MAX_BATCH_BYTES", "auto_batch_rows"]
+           "plan_inlets", "group_name", "unit_name", "MAX_BATCH_BYTES", "auto_batch_rows",
+           "SPLIT_SECONDS_CONF"]
 
 #: At most about this many bytes of topic files per input per micro-batch.
 MAX_BATCH_BYTES = 256 << 20
@@ -361,6 +366,12 @@ SOURCE_FIRST_CONF = "spark.epic.sourceFirst"
 #: slower: 174 s against 155 s, the source's query waiting for task slots.
 BRANCH_TASKS_CONF = "spark.epic.branchTasks"
 
+#: ``--conf spark.epic.splitSeconds=S``: without :data:`BRANCH_TASKS_CONF`, a micro-batch of
+#: siblings expected to take at least S seconds in one task runs a task per branch instead
+#: (default :data:`epic.spark.direct.SPLIT_SECONDS`; the last micro-batch of bounded inputs
+#: from 1 s, or S if lower; ``inf``: only that last one). See :func:`epic.spark.direct.split_branches`.
+SPLIT_SECONDS_CONF = "spark.epic.splitSeconds"
+
 
 @dataclass
 class QueryPlan:
@@ -398,13 +409,16 @@ class DeployPlan:
         cpu_slots: with ``source_first``, the niced tasks work at most this many at once on a
             machine (:func:`epic.spark.executor.cpu_slot`; the cores of a local master; 0: no
             limit).
+        split_seconds: :data:`SPLIT_SECONDS_CONF` (None: its default).
     """
 
     def __init__(self, topology: Topology, workdir: str, *, partitions: int, fuse: bool,
                  batch_rows: int | None, retention: bool = True, driver_dir: str | None = None,
                  background_nice: int | None = None, branch_tasks: bool | None = None,
-                 source_first: bool = False, cpu_slots: int = 0):
+                 source_first: bool = False, cpu_slots: int = 0,
+                 split_seconds: float | None = None):
         from epic.paths import is_remote
+        from epic.spark.direct import SPLIT_SECONDS
         from epic.storage import resolve
 
         self.t = topology
@@ -427,6 +441,7 @@ class DeployPlan:
         self.source_first = bool(source_first)
         self.branch_tasks = self.source_first if branch_tasks is None else bool(branch_tasks)
         self.cpu_slots = max(0, int(cpu_slots)) if self.source_first else 0
+        self.split_seconds = SPLIT_SECONDS if split_seconds is None else float(split_seconds)
         self.sinks = [n for n in self.order if isinstance(n, SinkNode)]
         self.groups = plan_groups(topology, fuse)
         if self.partitions > 1:
@@ -663,10 +678,13 @@ class DeployPlan:
             else 0,
             branch_tasks=self.branch_tasks and st is not None and len(branches) > 1,
             cpu_slots=0 if reads_source or not self.background_nice else self.cpu_slots,
-            ranks=ranks)
+            ranks=ranks, split_seconds=self.split_seconds,
+            # siblings' measured costs (direct.split_branches), on the driver's disk
+            costs=(os.path.join(self.workdir, "stats", f"{safe}.branches.json")
+                   if st is not None and len(branches) > 1 and self.loc is None else ""))
         return QueryPlan(name=qname, checkpoint=ckpt, schema=PTR_SCHEMA,
                          make_planner=functools.partial(GroupPlanner, plan, inputs, rows),
-                         committer=Committer(plan.outputs, plan.name, plan.trace),
+                         committer=Committer(plan.outputs, plan.name, plan.trace, plan.costs),
                          batch_rows=rows, live=live)
 
     def _spec(self, n, ckpt: str, ids: list, upstream=None, inner: bool = False):

@@ -449,6 +449,23 @@ def _background_nice(spark) -> int | None:
                         "(off) to 19, e.g. 10") from None
 
 
+def _split_seconds(spark) -> float | None:
+    """``--conf spark.epic.splitSeconds=S`` (None: not set)."""
+    from epic.spark.planner import SPLIT_SECONDS_CONF
+
+    v = spark.conf.get(SPLIT_SECONDS_CONF, None)
+    if v is None or not str(v).strip():
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        f = -1.0
+    if not f >= 0:
+        raise EpicError(f"--conf {SPLIT_SECONDS_CONF}={v!r}: expected seconds (0 or more, "
+                        "'inf' for the last micro-batch only), e.g. 10") from None
+    return f
+
+
 def _flag(value, name: str) -> bool | None:
     """A true/false ``--conf`` value (None: not set)."""
     from epic.topology import parse_bool
@@ -552,7 +569,8 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
                                          BRANCH_TASKS_CONF),
                       source_first=bool(_flag(spark.conf.get(SOURCE_FIRST_CONF, None),
                                               SOURCE_FIRST_CONF)),
-                      cpu_slots=cores if local else 0)
+                      cpu_slots=cores if local else 0,
+                      split_seconds=_split_seconds(spark))
     check_plan(wd, os.path.join(driver, "checkpoints"), [plan.unit_name(u) for u in plan.units])
     plan.create_topics()
     launcher = Launcher(spark, plan, trigger_interval)

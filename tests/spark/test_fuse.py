@@ -566,13 +566,18 @@ SIBLINGS = _readings("siblings", 11, 5) + textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("partitions", ["1", pytest.param("2", marks=pytest.mark.slow)])
-def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, partitions):
+@pytest.mark.parametrize("mode,partitions", [
+    ("split", "1"), pytest.param("split", "2", marks=pytest.mark.slow),
+    pytest.param("sourceFirst", "1", marks=pytest.mark.slow),
+    pytest.param("sourceFirst", "2", marks=pytest.mark.slow)])
+def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, mode, partitions):
     """Four keyed windows over one stream (siblings: one query) run a task per branch and key
-    partition (``--conf spark.epic.sourceFirst=true``): every file equals epic run's, also
-    when the deploy is SIGKILLed after a window task saved its snapshot (the other branches'
-    tasks of that micro-batch may or may not have run) and rerun. The query's status name shows
-    the four groups, and the trace shows a task per branch."""
+    partition: every micro-batch with ``--conf spark.epic.sourceFirst=true``; with
+    ``--conf spark.epic.splitSeconds=0`` every one after the first, whose costs are not yet
+    measured, so one query mixes both (``direct.split_branches``). Every file equals epic
+    run's, also when the deploy is SIGKILLed after a window task saved its snapshot (the other
+    branches' tasks of that micro-batch may or may not have run) and rerun. The query's status
+    name shows the four groups, and the trace shows a task per branch."""
     topo = _topology_file(str(tmp_path), "siblings", SIBLINGS)
     epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
     names = ["tumble.csv", "slide.csv", "counts.csv", "counts.parquet", "tops"]
@@ -594,9 +599,13 @@ def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, pa
     want = {n: lines(tmp_path / "ref", n) for n in names}
     assert want["counts.parquet"][0] == {"ZSTD"}
     assert all(len(w[1]) > 10 for w in want.values()), {n: len(w[1]) for n, w in want.items()}
-    opts = ("--partitions", partitions, "--conf", "spark.epic.sourceFirst=true")
-    for crash in ("node-state:9",):
-        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, opts=opts)
+    opts = ("--partitions", partitions, "--conf",
+            "spark.epic.sourceFirst=true" if mode == "sourceFirst" else "spark.epic.splitSeconds=0")
+    # with a task per branch and key partition, 8 snapshots per micro-batch over 2 partitions:
+    # the split mode's kill comes after its first micro-batches with rows
+    for crash in ("node-state:21" if (mode, partitions) == ("split", "2") else "node-state:9",):
+        run = _deploy(topo, tmp_path / "wd", tmp_path / "out", crash, opts=opts,
+                      trace=tmp_path / "trace0.jsonl")
         assert run.returncode == -9, (crash, run.returncode, run.stderr[-3000:])
     last = _deploy(topo, tmp_path / "wd", tmp_path / "out", opts=opts,
                    trace=tmp_path / "trace.jsonl")
@@ -604,9 +613,20 @@ def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, pa
     status = json.loads((tmp_path / "wd" / "status.json").read_text())
     sib = [q for q in status["nodes"] if q.endswith("~4")]
     assert len(sib) == 1, list(status["nodes"])
+    if mode == "split":   # before the kill: the first batch in one task, later ones split
+        spans = [json.loads(x) for x in (tmp_path / "trace0.jsonl").read_text().splitlines()]
+        planned = [s_.get("split") for s_ in spans if s_["span"] == "partitions"
+                   and s_["query"] == sib[0] and s_.get("rows")]
+        assert planned[0] is False and True in planned, planned
     spans = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
     parts = {s_.get("part") for s_ in spans if s_["span"] == "task" and s_["query"] == sib[0]}
     assert parts == set(range(4 * int(partitions))), parts
+    if mode == "split":
+        planned = [s_ for s_ in spans if s_["span"] == "partitions" and s_["query"] == sib[0]
+                   and s_.get("rows")]
+        assert {s_.get("split") for s_ in planned} == {True}, planned   # costs from the kill
+        costs = json.loads(next((tmp_path / "wd" / "stats").glob("*.branches.json")).read_text())
+        assert sorted(costs["branches"]) == ["0", "1", "2", "3"], costs
     for n in names:
         assert lines(tmp_path / "out", n) == want[n], n
 
