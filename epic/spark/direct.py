@@ -976,8 +976,12 @@ class Committer:
                 o.writer.commit(ms, batch_id)
             if self.costs:
                 # after the outputs: a replay of this batch may count it twice, which only
-                # nudges an estimate (the files are the same with or without a split)
-                add_costs(self.costs, costs)
+                # nudges an estimate (the files are the same with or without a split); nor
+                # does a cost that cannot be written fail the commit
+                try:
+                    add_costs(self.costs, costs)
+                except OSError:
+                    pass
         release_memory()
 
     def abort(self, messages, batch_id: int) -> None:

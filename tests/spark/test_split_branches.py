@@ -139,3 +139,34 @@ def test_the_planner_splits_the_last_and_the_long_micro_batches(tmp_path):
     Segments.rows = 0
     assert tasks(eos=True)[0] == [None]                 # no rows: nothing to split
     assert json.loads(open(gp.costs).read())["branches"].keys() == {"0", "1", "2", "3"}
+
+
+def test_the_committer_adds_the_measured_costs_and_never_fails_on_them(tmp_path):
+    """The committer hands each output its own messages and adds the cost messages of the
+    tasks to the costs file; a costs file it cannot write (its directory is a file) leaves the
+    commit done."""
+    import msgpack
+
+    from epic.spark.direct import Committer, Output
+
+    got = []
+
+    class Writer:
+        def commit(self, msgs, batch_id):
+            got.append((batch_id, msgs))
+
+    class Ptrs:   # the collected pointer rows of a task
+        def __init__(self, *data):
+            self.data = data
+
+    costs = [msgpack.packb({"o": -1, "k": "cost", "b": b, "s": 2.0 * (b + 1), "n": 2})
+             for b in range(2)]
+    path = str(tmp_path / "stats" / "q.branches.json")
+    committer = Committer([Output("file", Writer())], "q", "", path)
+    committer.commit([Ptrs(*costs), None], 7)
+    assert got == [(7, [])]
+    assert read_costs(path) == {0: (2.0, 2.0), 1: (4.0, 2.0)}
+    (tmp_path / "blocked").write_text("")
+    Committer([Output("file", Writer())], "q", "",
+              str(tmp_path / "blocked" / "q.branches.json")).commit([Ptrs(*costs)], 8)
+    assert got[-1] == (8, [])
