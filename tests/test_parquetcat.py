@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from epic.parquetcat import NotConcatenable, concat_parquet, decode_struct, encode_struct, \
-    read_footer
+from epic.parquetcat import NotConcatenable, append_parquet, concat_parquet, decode_struct, \
+    encode_struct, finish_parquet, pack_footer, read_footer, unpack_footer
 
 SCHEMA = pa.schema([
     ("ts", pa.int64()), ("player", pa.string()), ("pct", pa.float64()), ("flag", pa.bool_()),
@@ -67,6 +67,38 @@ def test_joined_file_equals_the_decoded_tables_concatenated(tmp_path_factory, si
     groups = [pf.read_row_group(g) for g in range(pf.num_row_groups)]
     assert pa.concat_tables(groups).equals(got) if groups else got.num_rows == 0
     assert pf.num_row_groups == sum(pq.ParquetFile(p).num_row_groups for p in paths)
+
+
+@settings(max_examples=20, deadline=None)
+@given(sizes=st.lists(st.integers(0, 800), min_size=1, max_size=6),
+       cuts=st.lists(st.integers(1, 3), min_size=1, max_size=6),
+       failed=st.integers(0, 5), seed=st.integers(0, 2**16))
+def test_appending_in_steps_gives_the_bytes_of_one_join(tmp_path_factory, sizes, cuts, failed,
+                                                        seed):
+    """A growing file joined a few files per commit, its footer kept between commits as
+    pack_footer's bytes, and one commit that died half-way and was repeated (its bytes after the
+    recorded length are cut), ends as the same bytes as concat_parquet of all the files."""
+    d = tmp_path_factory.mktemp("grow")
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i, n in enumerate(sizes):
+        p = str(d / f"b{i:04d}.parquet")
+        _write(p, _table(rng, n, i * 10**6), 300)
+        paths.append(p)
+    whole = str(d / "whole.parquet")
+    concat_parquet(paths, whole)
+    grow, length, kept, at, step = str(d / "grow.parquet"), 0, None, 0, 0
+    while at < len(paths):
+        batch = paths[at:at + cuts[step % len(cuts)]]
+        meta = None if kept is None else unpack_footer(kept)
+        if step == failed:   # dies after appending: the next attempt starts from the record
+            append_parquet(grow, length, meta, batch)
+            meta = None if kept is None else unpack_footer(kept)
+        length, meta = append_parquet(grow, length, meta, batch)
+        kept = pack_footer(meta)
+        at, step = at + len(batch), step + 1
+    assert finish_parquet(grow, length, unpack_footer(kept)) == sum(sizes)
+    assert open(grow, "rb").read() == open(whole, "rb").read()
 
 
 def test_statistics_still_prune_after_the_join(tmp_path):

@@ -6,7 +6,10 @@ execution reaches point ``name`` in this run (counted across the run's processes
 
 Points: ``source-plan`` (a source planned a micro-batch), ``node-state`` (a stateful task saved
 its snapshot, before returning its output), ``topic-commit`` (unused by default), ``sink-commit``
-(a CSV sink commit appended its first non-empty part, before recording the commit). The whole process group
+(a CSV sink commit appended its first non-empty part, before recording the commit),
+``parquet-commit`` (a Parquet sink commit appended its parts to the growing file, before its
+footer and record), ``parquet-final`` (the end-of-stream commit renamed the joined file to the
+output, before recording the commit). The whole process group
 is killed (driver, JVM, Python workers), as a machine failure would.
 
 With a remote work directory (``s3://...``) the counters and fault files live in a local

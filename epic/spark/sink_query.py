@@ -53,9 +53,11 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from epic.atomic import atomic_json, atomic_path
+from epic.atomic import atomic_json, atomic_path, atomic_write
 from epic.directio import append_file, open_append
-from epic.parquetcat import NotConcatenable, concat_parquet
+from epic.parquetcat import (NotConcatenable, append_parquet, concat_parquet, finish_parquet,
+                              pack_footer, unpack_footer)
+from epic.storage import LOCAL, fsync_local
 from epic.sinks import PARQUET_GROUP_ROWS, ParquetGroups
 from epic.spark.crash import crash_point, fault_point
 from epic.spark.executor import prepare_worker, task_ids
@@ -422,6 +424,10 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
             return _Part(final, part, rows)
 
         def commit(self, messages, batchId):
+            self._commit(messages, batchId)
+            _sweep_tmp(os.path.join(meta, "_tmp"), batchId)
+
+        def _commit(self, messages, batchId):
             from epic.spark.offsets import batch_markers, combine_markers
 
             _, eos = combine_markers(batch_markers(checkpoint, batchId))
@@ -448,13 +454,13 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
                 finally:
                     for m in parts:
                         _remove(m.path)
-                self._commit_parquet(batchId, rows, eos, owner)
+                self._commit_parquet(batchId, rows, eos, owner, rec)
                 return
             if is_csv:
                 with _file_lock(meta):
                     self._commit_csv(messages, batchId, rec, parts, placed, rows, eos, owner)
                 return
-            self._commit_parquet(batchId, rows, eos, owner)
+            self._commit_parquet(batchId, rows, eos, owner, rec)
 
         def _commit_csv(self, messages, batchId, rec, parts, placed, rows, eos, owner):
             from epic.errors import OutputError, StateError
@@ -526,28 +532,89 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
             for m in parts:
                 _remove(m.path)
 
-        def _commit_parquet(self, batchId, rows, eos, owner):
-            if eos:
-                schema = sink.output_schema(stream.schema)
-                pdir = os.path.join(meta, "parts")
-                files = _own_parts(pdir, owner, workdir)
-                join = "copy"
-                try:
+        def _commit_parquet(self, batchId, rows, eos, owner, rec):
+            """Append the micro-batch's parts to the growing file, byte for byte
+            (``<meta>/joined.<deploy>.parquet``: row groups, no footer; its footer fields in
+            ``<meta>/joined.<deploy>.b<batch>.footer``), and at the end of the stream write its
+            footer and rename it to the output: the last commit copies one batch, not the
+            whole stream (docs/deploy.md, "Parquet parts joined as they commit")."""
+            from epic.errors import OutputError, StateError
+
+            schema = sink.output_schema(stream.schema)
+            pdir = os.path.join(meta, "parts")
+            tag = owner or "local"
+            grow = os.path.join(meta, f"joined.{tag}.parquet")
+            joined = (rec or {}).get("joined")   # {"batch", "length"}: what the file holds
+            jb = -1 if joined is None else int(joined["batch"])
+            files = [(b, f) for b, f in ((_part_batch(f), f)
+                                         for f in _own_parts(pdir, owner, workdir))
+                     if b <= batchId]
+            new = [f for b, f in files if b > jb]
+            stopped = bool(joined and joined.get("stopped"))
+            record = {"batch": batchId, "length": 0, "eos": eos, "rows": rows, "deploy": owner}
+            try:
+                if joined is None and os.path.isdir(meta):
+                    # another deploy's growing file (a fresh work directory, same output)
+                    for n in os.listdir(meta):
+                        if n.startswith("joined.") and not n.startswith(f"joined.{tag}."):
+                            _remove(os.path.join(meta, n))
+                if joined is not None and not stopped and not os.path.exists(grow):
+                    # the end-of-stream commit renamed the file and died before its record
+                    if not os.path.exists(path):
+                        raise StateError(
+                            f"{path}: the Parquet file joined so far is missing "
+                            f"({grow} and the output); delete the output, its .epic "
+                            "directory and the work directory, and deploy again")
+                    os.replace(path, grow)
+                footer = None if joined is None else _read_footer_fields(grow, jb)
+                length = 0 if joined is None else int(joined["length"])
+                if new and not stopped:
+                    try:
+                        length, footer = append_parquet(grow, length, footer, new)
+                        jb = batchId
+                    except NotConcatenable:
+                        stopped = True  # joined at the end by decoding (see below)
+                    else:
+                        crash_point("parquet-commit", workdir)
+                        atomic_write(f"{grow[:-8]}.b{jb}.footer", pack_footer(footer))
+                if footer is not None:
+                    record["joined"] = {"batch": jb, "length": length,
+                                        **({"stopped": True} if stopped else {})}
+                join = None
+                if eos and (footer is None or stopped):
+                    # no rows at all (a file with the schema only), or parts this module
+                    # cannot join byte for byte: decode and re-encode what is left
+                    rest = [f for b, f in files if b > jb]
+                    if footer is not None:
+                        finish_parquet(grow, length, footer)
+                        rest.insert(0, grow)
+                    join = "copy"
                     with atomic_path(path, tmp_dir=meta) as tmp:
                         try:
-                            # the parts' row groups copied byte for byte under one footer
-                            concat_parquet(files, tmp)
+                            concat_parquet(rest, tmp)
                         except NotConcatenable:
                             join = "reencode"
-                            _reencode_parquet(files, tmp, schema,
-                                              sink.writer_options(schema))
-                except OSError as exc:
-                    from epic.errors import OutputError
-
-                    raise OutputError(path, exc, what=f"cannot commit micro-batch {batchId}",
-                                      fix="free space and rerun the same epic deploy") from None
-            _write_sidecar(path, {"batch": batchId, "length": 0, "eos": eos, "rows": rows,
-                                  "deploy": owner, **({"join": join} if eos else {})})
+                            _reencode_parquet(rest, tmp, schema, sink.writer_options(schema))
+                elif eos:
+                    finish_parquet(grow, length, footer)
+                    os.replace(grow, path)
+                    fsync_local(LOCAL, os.path.dirname(path), directory=True)
+                    crash_point("parquet-final", workdir)
+                    join = "copy"
+                if join is not None:
+                    record["join"] = join
+            except OSError as exc:
+                raise OutputError(path, exc, what=f"cannot commit micro-batch {batchId}",
+                                  fix="free space and rerun the same epic deploy") from None
+            _write_sidecar(path, record)
+            # what the record now says is joined is no longer needed
+            for b, f in files:
+                if b <= jb or eos:
+                    _remove(f)
+            keep = None if eos else f"joined.{tag}.b{jb}.footer"   # the end needs none
+            for n in os.listdir(meta):
+                if n.startswith(f"joined.{tag}.") and n != keep and (eos or n.endswith(".footer")):
+                    _remove(os.path.join(meta, n))
 
         def abort(self, messages, batchId):
             if is_csv or ordered is not None:
@@ -626,6 +693,40 @@ def _own_parts(pdir: str, owner: str | None, workdir: str) -> list[str]:
         if n.endswith(mine) or (legacy and os.path.getmtime(full) >= since):
             out.append((n.split(".")[:2], full))
     return [full for _, full in sorted(out)]
+
+
+def _sweep_tmp(tmp_dir: str, batch_id: int) -> None:
+    """Delete the temp files of micro-batches before ``batch_id`` in a file sink's ``_tmp``
+    directory (``b<B>.p<part>.<uuid>.<ext>``, and ``.b<B>.p<part>....tmp`` of a part being
+    written): once ``batch_id`` commits, they can only be left by attempts that died (a killed
+    task, a crashed deploy), since the batches before it committed before it ran."""
+    try:
+        names = os.listdir(tmp_dir)
+    except OSError:
+        return
+    for n in names:
+        head = n.lstrip(".").split(".", 1)[0]
+        if head[:1] == "b" and head[1:].isdigit() and int(head[1:]) < batch_id:
+            _remove(os.path.join(tmp_dir, n))
+
+
+def _part_batch(path: str) -> int:
+    """The micro-batch of a Parquet part ``b<B>.p<part>....parquet``."""
+    return int(os.path.basename(path).split(".", 1)[0][1:])
+
+
+def _read_footer_fields(grow: str, batch: int) -> list:
+    """The footer fields of the growing joined file as of micro-batch ``batch``'s commit."""
+    from epic.errors import StateError
+
+    name = f"{grow[:-8]}.b{batch}.footer"
+    try:
+        with open(name, "rb") as f:
+            return unpack_footer(f.read())
+    except (OSError, IndexError, TypeError, ValueError, KeyError) as exc:
+        raise StateError(f"{name}: the footer of the Parquet rows committed so far cannot be "
+                         f"read ({exc!r}); delete the output, its .epic directory and the work "
+                         "directory, and deploy again") from None
 
 
 @contextlib.contextmanager

@@ -690,6 +690,8 @@ ORDERED = _readings("ordered", 3, 6) + textwrap.dedent('''
 
 @pytest.mark.parametrize("fuse,crash,partitions", [
     (True, "sink-commit:3", "2"),
+    (True, "parquet-commit:3", "2"),
+    pytest.param(True, "parquet-final:1", "2", marks=pytest.mark.slow),
     pytest.param(False, "sink-commit:5", "2", marks=pytest.mark.slow),
     pytest.param(True, "node-state:7", "3", marks=pytest.mark.slow)])
 def test_files_of_a_partitioned_window_are_in_run_order_also_after_kills(tmp_path, fuse, crash,
@@ -699,7 +701,8 @@ def test_files_of_a_partitioned_window_are_in_run_order_also_after_kills(tmp_pat
     (docs/deploy.md, "Event time across partitions"), also when the deploy is SIGKILLed in a
     sink's commit or after a window's snapshot and rerun. Every key of the windows ends on the
     same instants, so each micro-batch's rows come from every partition and only the merge by
-    (time, rank) orders them."""
+    (time, rank) orders them. The Parquet sink's kills: after a commit appended its parts to the
+    growing file (before the footer and record), and after the end renamed it to the output."""
     import pyarrow.parquet as pq
 
     from epic.topics import Topic
