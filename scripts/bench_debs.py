@@ -46,6 +46,10 @@ after the first successful all-queries case of each output format and delay logg
 sequential writer of the same number of output bytes (8 MiB writes, one fsync; ``floor_write``).
 ``--no-floor`` skips both.
 
+Before each case the disk settles (``--settle``, default on: ``sync``, then at most 120 s for
+the kernel's dirty pages to drain; ``benchkit.proc.settle``), so a case does not pay for the
+write-back of the one before it (``epic run``'s 48.8 GB of CSV).
+
 Also recorded per case: CPU seconds of the process tree by process kind (each process as last
 sampled: the epic driver, the JVM, Spark's Python workers by module; in the docs section) and busy
 CPU seconds of the whole machine during the run (results.json only).
@@ -612,6 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay-max-values", type=int, default=20_000_000,
                     help="per stream; above it percentiles use every k-th row")
     ap.add_argument("--no-floor", dest="floor", action="store_false")
+    ap.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True,
+                    help="before each case, sync and wait (at most 120 s) for the kernel's "
+                         "dirty pages to drain, so no case pays the last one's write-back "
+                         "(default on; the seconds are in results.json, 'settle')")
     ap.add_argument("--mem-every", type=float, default=5.0,
                     help="seconds between memory samples of the process tree (PSS reads cost "
                          "CPU: ~0.1 s per GB-sized process)")
@@ -735,10 +743,15 @@ def main(argv: list[str] | None = None) -> int:
                     results.setdefault("not_run", []).append(case)
                     continue
                 args.timeout = min(args.timeout, left)
+            settled = proc_tree.settle() if args.settle else None
+            if settled is not None:
+                console.print(f"  {case}: disk settled in {settled['s']:.1f} s (dirty "
+                              f"{settled['dirty_before'] / 2**20:,.0f} -> "
+                              f"{settled['dirty_after'] / 2**20:,.0f} MiB)")
             r = run_case(args, case, console)
             r.input_rows = results["input_rows"]
             r.game_s = results["game_s"]
-            results["cases"].append(asdict(r))
+            results["cases"].append({**asdict(r), "settle": settled})
             results["load_end"] = proc_tree.uptime()
             json_path.write_text(json.dumps(results, indent=1, default=str))
             if r.status.startswith("failed") and r.log_tail:

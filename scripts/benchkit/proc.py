@@ -212,6 +212,25 @@ def free_gb(path: Path) -> float:
     return shutil.disk_usage(p).free / 1e9
 
 
+def settle(max_s: float = 120.0, dirty_bytes: int = 256 << 20) -> dict:
+    """Let the disk settle before a run: ``sync`` (the previous run's dirty pages written back,
+    not left for this run to pay), then wait, at most ``max_s`` s in all, until the kernel's
+    Dirty + Writeback pages are below ``dirty_bytes``. Returns the seconds it took and the dirty
+    bytes before and after."""
+    def dirty() -> int:
+        return ((_kib_field("/proc/meminfo", "Dirty:") or 0)
+                + (_kib_field("/proc/meminfo", "Writeback:") or 0))
+    t0 = time.perf_counter()
+    before = dirty()
+    os.sync()
+    after = dirty()
+    while after >= dirty_bytes and time.perf_counter() - t0 < max_s:
+        time.sleep(0.5)
+        after = dirty()
+    return {"s": round(time.perf_counter() - t0, 2), "dirty_before": before,
+            "dirty_after": after}
+
+
 def uptime() -> str:
     """The ``uptime`` line (load averages), or ``"?"``."""
     try:
