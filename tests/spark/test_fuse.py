@@ -690,7 +690,7 @@ ORDERED = _readings("ordered", 3, 6) + textwrap.dedent('''
 
 @pytest.mark.parametrize("fuse,crash,partitions", [
     (True, "sink-commit:3", "2"),
-    (True, "parquet-commit:3", "2"),
+    pytest.param(True, "parquet-commit:3", "2", marks=pytest.mark.slow),
     pytest.param(True, "parquet-final:1", "2", marks=pytest.mark.slow),
     pytest.param(False, "sink-commit:5", "2", marks=pytest.mark.slow),
     pytest.param(True, "node-state:7", "3", marks=pytest.mark.slow)])
