@@ -15,44 +15,12 @@ import pytest
 import epic
 from epic.errors import StateError
 from epic.spark import sink_query
-
-
-class _Ctx:
-    def __init__(self, batch, part):
-        self.batch, self.part = batch, part
-
-    def getLocalProperty(self, key):
-        assert key == "streaming.sql.batchId"
-        return str(self.batch)
-
-    def partitionId(self):
-        return self.part
+from sink_writer import TaskCtx, sink_writer
 
 
 @pytest.fixture
 def writer(tmp_path, monkeypatch):
-    import pyspark
-
-    import epic.spark.offsets as offsets
-
-    t = epic.Topology("inplace")
-    s = t.source("src", epic.iterator_source(lambda: iter(()), schema={"ts": "int64", "v": "int64"},
-                                             time="ts", unit="ms"))
-    t.sink("out", s, epic.csv_sink(str(tmp_path / "out" / "o.csv")))
-    node = t.nodes["out"]
-    wd = tmp_path / "wd"
-    wd.mkdir()
-    (wd / "deploy.json").write_text(json.dumps({"id": "d1"}))
-    monkeypatch.setattr(offsets, "batch_markers", lambda checkpoint, batch_id: [])
-    ctx = {}
-    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: ctx["now"]))
-    w = sink_query.file_sink_writer(node, checkpoint=str(tmp_path / "ck"), workdir=str(wd))
-
-    def task(batch, part, values):
-        ctx["now"] = _Ctx(batch, part)
-        rows = [pa.record_batch({"ts": pa.array(values, pa.int64()),
-                                 "v": pa.array([x * 7 for x in values], pa.int64())})]
-        return w.write(iter(rows))
+    w, task = sink_writer(tmp_path, monkeypatch, epic.csv_sink(str(tmp_path / "out" / "o.csv")))
     return w, task, tmp_path / "out" / "o.csv"
 
 
@@ -166,7 +134,7 @@ def test_an_error_upstream_passes_as_it_is_and_cuts_the_rows_back(writer):
 
     orig = pyspark.TaskContext.get
     try:
-        pyspark.TaskContext.get = staticmethod(lambda: _Ctx(1, 0))
+        pyspark.TaskContext.get = staticmethod(lambda: TaskCtx(1, 0))
         with pytest.raises(ValueError, match="a node upstream failed"):
             w.write(rows())
     finally:

@@ -18,18 +18,7 @@ import pytest
 
 import epic
 from epic.spark import sink_query
-
-
-class _Ctx:
-    def __init__(self, batch, part):
-        self.batch, self.part = batch, part
-
-    def getLocalProperty(self, key):
-        assert key == "streaming.sql.batchId"
-        return str(self.batch)
-
-    def partitionId(self):
-        return self.part
+from sink_writer import sink_writer
 
 
 class Crash(Exception):
@@ -38,24 +27,7 @@ class Crash(Exception):
 
 @pytest.fixture
 def writer(tmp_path, monkeypatch):
-    import pyspark
-
-    import epic.spark.offsets as offsets
-
-    t = epic.Topology("joined")
-    s = t.source("src", epic.iterator_source(lambda: iter(()), schema={"ts": "int64", "v": "int64"},
-                                             time="ts", unit="ms"))
-    t.sink("out", s, epic.parquet_sink(str(tmp_path / "out" / "o.parquet")))
-    node = t.nodes["out"]
-    wd = tmp_path / "wd"
-    wd.mkdir()
-    (wd / "deploy.json").write_text(json.dumps({"id": "d1"}))
-    ends = set()
-    monkeypatch.setattr(offsets, "batch_markers", lambda checkpoint, batch_id: [
-        SimpleNamespace(eos=batch_id in ends, watermark=None)])
-    ctx = {}
-    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: ctx["now"]))
-    crash = {}
+    ends, crash = set(), {}
 
     def point(name, workdir):
         if crash.get(name):
@@ -63,13 +35,8 @@ def writer(tmp_path, monkeypatch):
             if not crash[name]:
                 raise Crash(name)
     monkeypatch.setattr(sink_query, "crash_point", point)
-    w = sink_query.file_sink_writer(node, checkpoint=str(tmp_path / "ck"), workdir=str(wd))
-
-    def task(batch, part, values):
-        ctx["now"] = _Ctx(batch, part)
-        rows = [pa.record_batch({"ts": pa.array(values, pa.int64()),
-                                 "v": pa.array([x * 7 for x in values], pa.int64())})]
-        return w.write(iter(rows))
+    w, task = sink_writer(tmp_path, monkeypatch,
+                          epic.parquet_sink(str(tmp_path / "out" / "o.parquet")), ends)
     return SimpleNamespace(w=w, task=task, path=tmp_path / "out" / "o.parquet", ends=ends,
                            crash=crash, meta=tmp_path / "out" / "o.parquet.epic")
 
