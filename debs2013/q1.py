@@ -685,12 +685,12 @@ class RunningStats(Aggregate):
         return out
 
     def lower(self, sums, counts):
-        times = sums[:, :6].astype(np.float64) * 1e-12
-        dists = sums[:, 6:].astype(np.float64) * 1e-9
-        arrays, names = [], []
-        for j, name in enumerate(C.INTENSITIES):
-            arrays += [pa.array(times[:, j]), pa.array(dists[:, j])]
-            names += [f"{name}_time", f"{name}_distance"]
+        # one contiguous row per field (times in s, distances in m), in the output's order
+        cols = np.empty((12, len(sums)), np.float64)
+        np.multiply(sums[:, :6].T, 1e-12, out=cols[0::2])
+        np.multiply(sums[:, 6:].T, 1e-9, out=cols[1::2])
+        arrays = [pa.array(c) for c in cols]
+        names = [f"{name}_{what}" for name in C.INTENSITIES for what in ("time", "distance")]
         return pa.StructArray.from_arrays(arrays, names=names)
 
     def result(self, state):

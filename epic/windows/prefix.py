@@ -116,8 +116,11 @@ class _PKey:
 
     def counts(self, j: np.ndarray) -> np.ndarray:
         """Elements before the ``j``-th live entries (dropped ones included)."""
-        i = self.head + np.asarray(j, np.int64) - 1   # the last entry counted
         p = max(self.packed, self.head)
+        if p == self.head:
+            # no packed entries: each live entry is one element
+            return self.dropped + np.asarray(j, np.int64)
+        i = self.head + np.asarray(j, np.int64) - 1   # the last entry counted
         at_p = int(self.cnt[p - 1]) if p > self.head else self.dropped
         out = at_p + (i - p + 1)
         if p > self.head:
@@ -255,6 +258,9 @@ class PrefixWindowOperator(Clocked):
         g = self.grid
         #: every window starts and ends on a multiple of this from the key's origin
         self._cell = math.gcd(*(x for x in (g.L, g.S, g.E) if x is not None))
+        #: every window end ``o + L + k*S`` is an emission instant ``o + m*E``
+        self._ends_on_grid = (g.E is not None and g.L is not None
+                              and g.L % g.E == 0 and g.S % g.E == 0)
         self._widths: list[int] | None = None
         self._key_state: dict[Any, _PKey] = {}
         self.clock = EventClock(self.lateness)
@@ -353,7 +359,10 @@ class PrefixWindowOperator(Clocked):
                 parts.append(o + g.L + g.S * np.arange(k0, k1 + 1, dtype=np.int64))
         if not parts:
             return np.empty(0, np.int64)
-        return parts[0] if len(parts) == 1 else np.union1d(parts[0], parts[1])
+        if len(parts) == 1 or self._ends_on_grid:
+            # window ends on the emission grid (L and S multiples of E): the grid has them all
+            return parts[0]
+        return np.union1d(parts[0], parts[1])
 
     def _count_before(self, ks: _PKey, x: int) -> int:
         return ks.count_at(int(ks.times[ks.head:ks.n].searchsorted(x, side="left")))
@@ -378,50 +387,6 @@ class PrefixWindowOperator(Clocked):
             return False
         ks.done = max(ks.done, nxt)
         return g.next_instant(o, ks.done, ks.first) <= limit
-
-    def _piece(self, ks: _PKey, hi: int):
-        """Rows of the key's instants in ``(done, hi]``: arrays, or None."""
-        g = self.grid
-        o = ks.origin
-        T = self._instants(o, ks.done, hi, ks.first)
-        ks.done = max(ks.done, hi)
-        if not len(T):
-            return None
-        view = ks.times[ks.head:ks.n]
-        cum = ks.cum[ks.head:ks.n]
-        jT = view.searchsorted(T, side="left")
-        cnt = ks.counts(jT)
-        sums = np.where((jT > 0)[:, None], cum[np.maximum(jT - 1, 0)], ks.base[None, :]) \
-            if len(view) else np.broadcast_to(ks.base, (len(T), len(ks.base))).copy()
-        if g.L is None:
-            S = np.full(len(T), ks.first, np.int64)
-            final = np.zeros(len(T), bool)
-        else:
-            S = self._starts(T, o, ks.first)
-            final = T == S + g.L
-            jS = view.searchsorted(S, side="left")
-            cnt = cnt - ks.counts(jS)
-            if len(view):
-                sums = sums - np.where((jS > 0)[:, None], cum[np.maximum(jS - 1, 0)],
-                                       ks.base[None, :])
-            else:
-                sums = sums - ks.base[None, :]
-        keep = cnt > 0
-        if not keep.all():
-            T, S, final, cnt, sums, jT = T[keep], S[keep], final[keep], cnt[keep], sums[keep], \
-                jT[keep]
-        if not len(T):
-            return None
-        if self.has_entry:
-            if len(view):
-                run = np.maximum.accumulate(ks.ent[ks.head:ks.n])
-                entry = np.where(jT > 0, run[np.maximum(jT - 1, 0)], ks.base_ent)
-                entry = np.maximum(entry, ks.base_ent)
-            else:
-                entry = np.full(len(T), ks.base_ent, np.int64)
-        else:
-            entry = None
-        return T, S, final, cnt, sums, entry
 
     def _evict(self, ks: _PKey) -> None:
         g = self.grid
@@ -452,24 +417,102 @@ class PrefixWindowOperator(Clocked):
                 break
             start = min(g.next_instant(ks.origin, ks.done, ks.first) for _, ks in active)
             horizon = start + step * max(1, MAX_BATCH_ROWS // (2 * len(active))) - 1
-            for kv, ks in active:
-                piece = self._piece(ks, min(limits[kv], horizon))
-                if piece is not None:
-                    pending.append((kv, ks.key_order, piece))
+            piece = self._pieces([(kv, ks, min(limits[kv], horizon)) for kv, ks in active])
+            for _, ks in active:
                 self._evict(ks)
+            if piece is not None:
+                pending.append(piece)
             if sum(len(p[2][0]) for p in pending) >= MAX_BATCH_ROWS:
                 out += self._to_batches(pending)
                 pending = []
         out += self._to_batches(pending)
         return out
 
+    def _pieces(self, work: list):
+        """The rows of each key's instants in ``(done, hi]``, ``work`` = ``[(key value,
+        state, hi)]``: the per-key steps are the searches into each key's own arrays; what
+        follows runs once over all keys' rows. Returns ``(key values, key order per row, arrays)`` or None, the
+        key of each row given by its index into the key values."""
+        g = self.grid
+        inst: dict = {}
+        Ts, Ss, cT, cS, sT, sS, ents, which, kvs, orders = [], [], [], [], [], [], [], [], [], []
+        for kv, ks, hi in work:
+            o = ks.origin
+            grid_key = (o, ks.done, hi, ks.first)
+            got = inst.get(grid_key)
+            if got is None:
+                T = self._instants(o, ks.done, hi, ks.first)
+                S = (np.full(len(T), ks.first, np.int64) if g.L is None
+                     else self._starts(T, o, ks.first))
+                got = inst[grid_key] = (T, S)
+            ks.done = max(ks.done, hi)
+            T, S = got
+            if not len(T):
+                continue
+            view = ks.times[ks.head:ks.n]
+            jT = view.searchsorted(T, side="left")
+            Ts.append(T)
+            cT.append(ks.counts(jT))
+            sT.append(self._sums_before(ks, view, jT, len(T)))
+            if g.L is not None:
+                Ss.append(S)
+                jS = view.searchsorted(S, side="left")
+                cS.append(ks.counts(jS))
+                sS.append(self._sums_before(ks, view, jS, len(T)))
+            if self.has_entry:
+                if len(view):
+                    run = np.maximum.accumulate(ks.ent[ks.head:ks.n])
+                    entry = np.where(jT > 0, run[np.maximum(jT - 1, 0)], ks.base_ent)
+                    ents.append(np.maximum(entry, ks.base_ent))
+                else:
+                    ents.append(np.full(len(T), ks.base_ent, np.int64))
+            which.append(len(kvs))
+            kvs.append(kv)
+            orders.append(ks.key_order)
+        if not kvs:
+            return None
+        sizes = [len(t) for t in Ts]
+        T = np.concatenate(Ts)
+        cnt = np.concatenate(cT)
+        sums = np.concatenate(sT)
+        if g.L is None:
+            S = np.repeat(np.array([self._key_state[kv].first for kv in kvs], np.int64), sizes)
+            final = np.zeros(len(T), bool)
+        else:
+            S = np.concatenate(Ss)
+            final = T == S + g.L
+            cnt = cnt - np.concatenate(cS)
+            sums = sums - np.concatenate(sS)
+        row_key = np.repeat(np.asarray(which, np.int64), sizes)
+        keep = cnt > 0
+        entry = np.concatenate(ents) if self.has_entry else None
+        if not keep.all():
+            T, S, final, cnt, sums, row_key = (T[keep], S[keep], final[keep], cnt[keep],
+                                               sums[keep], row_key[keep])
+            if entry is not None:
+                entry = entry[keep]
+        if not len(T):
+            return None
+        order = np.asarray(orders, np.int64)[row_key]
+        return kvs, (row_key, order), (T, S, final, cnt, sums, entry)
+
+    @staticmethod
+    def _sums_before(ks: _PKey, view: np.ndarray, j: np.ndarray, m: int) -> np.ndarray:
+        """The running sums before the ``j``-th live entries (the base sums for ``j`` = 0)."""
+        if not len(view):
+            return np.broadcast_to(ks.base, (m, len(ks.base))).copy()
+        cum = ks.cum[ks.head:ks.n]
+        return np.where((j > 0)[:, None], cum[np.maximum(j - 1, 0)], ks.base[None, :])
+
     def _to_batches(self, pieces: list) -> list[pa.RecordBatch]:
+        """Output batches of :meth:`_pieces` results, rows by instant, then key rank."""
         if not pieces:
             return []
+        kvs = [kv for p in pieces for kv in p[0]]
+        offs = np.cumsum([0] + [len(p[0]) for p in pieces[:-1]])
+        which = np.concatenate([p[1][0] + off for p, off in zip(pieces, offs)])
+        order_key = np.concatenate([p[1][1] for p in pieces])
         T = np.concatenate([p[2][0] for p in pieces])
-        order_key = np.concatenate([np.full(len(p[2][0]), p[1], np.int64) for p in pieces])
-        which = np.concatenate([np.full(len(p[2][0]), i, np.int64)
-                                for i, p in enumerate(pieces)])
         order = np.lexsort((order_key, T))
         S = np.concatenate([p[2][1] for p in pieces])[order]
         fin = np.concatenate([p[2][2] for p in pieces])[order]
@@ -481,7 +524,6 @@ class PrefixWindowOperator(Clocked):
         arrays: list[pa.Array] = []
         nkeys = len(self.keys)
         if nkeys:
-            kvs = [p[0] for p in pieces]
             for j in range(nkeys):
                 vals = pa.array([kv if nkeys == 1 else kv[j] for kv in kvs],
                                 type=schema.field(j).type)
