@@ -431,20 +431,18 @@ class PrefixWindowOperator(Clocked):
     def _pieces(self, work: list):
         """The rows of each key's instants in ``(done, hi]``, ``work`` = ``[(key value,
         state, hi)]``: the per-key steps are the searches into each key's own arrays; what
-        follows runs once over all keys' rows. Returns ``(key values, key order per row, arrays)`` or None, the
-        key of each row given by its index into the key values."""
+        follows runs once over all keys' rows. Returns None or ``(key values, (each row's
+        index into them, each row's key rank), arrays)``."""
         g = self.grid
         inst: dict = {}
-        Ts, Ss, cT, cS, sT, sS, ents, which, kvs, orders = [], [], [], [], [], [], [], [], [], []
+        Ts, Ss, cT, cS, sT, sS, ents, kvs, orders = [], [], [], [], [], [], [], [], []
         for kv, ks, hi in work:
             o = ks.origin
-            grid_key = (o, ks.done, hi, ks.first)
+            grid_key = (o, ks.done, hi, ks.first)   # keys in step share their instants
             got = inst.get(grid_key)
             if got is None:
                 T = self._instants(o, ks.done, hi, ks.first)
-                S = (np.full(len(T), ks.first, np.int64) if g.L is None
-                     else self._starts(T, o, ks.first))
-                got = inst[grid_key] = (T, S)
+                got = inst[grid_key] = (T, None if g.L is None else self._starts(T, o, ks.first))
             ks.done = max(ks.done, hi)
             T, S = got
             if not len(T):
@@ -466,7 +464,6 @@ class PrefixWindowOperator(Clocked):
                     ents.append(np.maximum(entry, ks.base_ent))
                 else:
                     ents.append(np.full(len(T), ks.base_ent, np.int64))
-            which.append(len(kvs))
             kvs.append(kv)
             orders.append(ks.key_order)
         if not kvs:
@@ -483,7 +480,7 @@ class PrefixWindowOperator(Clocked):
             final = T == S + g.L
             cnt = cnt - np.concatenate(cS)
             sums = sums - np.concatenate(sS)
-        row_key = np.repeat(np.asarray(which, np.int64), sizes)
+        row_key = np.repeat(np.arange(len(kvs), dtype=np.int64), sizes)
         keep = cnt > 0
         entry = np.concatenate(ents) if self.has_entry else None
         if not keep.all():
