@@ -323,7 +323,7 @@ class HeatMap(Aggregate):
     """Per-cell time (ps) over a window of one-second maps (the q3 UDA).
 
     Bind it to ``("cells", "times")`` of :data:`HEATMAP_SCHEMA` (base-grid cells). State: one
-    int64 array of cells; add and remove are exact vectorised scatter-adds. The result is
+    int64 array of cells; add and remove are exact vectorised scatter-adds, in place. The result is
     sparse, ``{"cells": [...], "times": [...]}`` (non-zero cells, ascending ids).
 
     Args:
@@ -357,7 +357,8 @@ class HeatMap(Aggregate):
         return np.zeros(self.size, np.int64)
 
     def _scatter(self, state, cells, times, sign):
-        state = state.copy()
+        # in place: a state passed to add or remove is the engine's only copy (epic.Aggregate),
+        # and copying 8,504 cells per call was a tenth of q3's window time
         if len(cells):
             cells = np.asarray(cells, np.int64)
             times = np.asarray(times, np.int64)

@@ -10,6 +10,11 @@ The window engine calls the hooks in this order, per window and key::
     value = agg.result(state)        # whenever the window emits; must not change ``state``
     state = agg.merge(older, newer)  # combine two partials (if defined; panes and two-stacks)
 
+``add`` / ``remove`` (and ``add_batch`` / ``remove_batch``) may change ``state`` in place and return
+it: an engine keeps each state in one place and replaces it with the returned value. ``merge`` must
+not change its arguments (two-stacks keeps them), ``result`` must not change ``state``, and a
+result must not share mutable parts with the state (it is emitted, then the state moves on).
+
 ``add_batch`` / ``remove_batch`` are the vectorised forms over a numpy column (or a tuple of
 columns); by default they loop over ``add`` / ``remove``. An aggregate whose state is a sum of
 per-element integer vectors can also define the *group form*, ``lift(values)`` (each element's
@@ -91,11 +96,11 @@ class Aggregate:
         raise NotImplementedError
 
     def add(self, state: Any, e: Any) -> Any:
-        """Return ``state`` with element ``e`` added."""
+        """Return ``state`` with element ``e`` added (``state`` itself may be changed)."""
         raise NotImplementedError
 
     def remove(self, state: Any, e: Any) -> Any:  # optional
-        """Return ``state`` with element ``e`` (added earlier) removed."""
+        """Return ``state`` with element ``e`` (added earlier) removed (``state`` may be changed)."""
         raise NotImplementedError
 
     def merge(self, older: Any, newer: Any) -> Any:  # optional

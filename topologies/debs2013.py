@@ -45,7 +45,7 @@ replay_speed = epic.param("replay_speed", 0.0,
 lenient = epic.param("lenient", False, help="bad input lines to a dead-letter file")
 dead_letter = epic.param("dead_letter", "", help="dead-letter CSV; '' = <out>/dead-letter.csv")
 queries = epic.param("queries", "q1,q2,q3,q4", help="which queries to build")
-batch_rows = epic.param("batch_rows", 1 << 16, help="rows per input batch")
+batch_rows = epic.param("batch_rows", 1 << 18, help="rows per input batch (a step of every node)")
 # the splitter
 clock = epic.param("clock", "A", help="annotation clock option of spec 4.3: A, B or C")
 scope = epic.param("scope", "halves", help="halves: drop rows outside the halves; all: keep")

@@ -117,9 +117,12 @@ def test_uda_window_and_percentages():
         assert sum(r["percent_time_in_cell"] for r in dense if r["ts"] == t) == pytest.approx(100)
     agg = HeatMap()
     s = agg.add(agg.init(), ([1, 5], [10, 20]))
-    assert not agg.remove(s, ([1, 5], [10, 20])).any()
     res = agg.result(agg.merge(s, s))
     assert (res["cells"].tolist(), res["times"].tolist()) == ([1, 5], [20, 40])
+    # add and remove work in place (epic.Aggregate allows it); a result is a copy
+    kept = agg.result(s)
+    assert not agg.remove(s, ([1, 5], [10, 20])).any()
+    assert kept["times"].tolist() == [10, 20]
 
 
 def test_no_map_is_emitted_behind_the_forwarded_watermark():
