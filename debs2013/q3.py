@@ -323,8 +323,8 @@ class HeatMap(Aggregate):
     """Per-cell time (ps) over a window of one-second maps (the q3 UDA).
 
     Bind it to ``("cells", "times")`` of :data:`HEATMAP_SCHEMA` (base-grid cells). State: one
-    int64 array of cells; add and remove are exact vectorised scatter-adds, in place. The result is
-    sparse, ``{"cells": [...], "times": [...]}`` (non-zero cells, ascending ids).
+    int64 array of cells; add and remove are exact vectorised scatter-adds, in place. The result
+    is sparse, ``{"cells": [...], "times": [...]}`` (non-zero cells, ascending ids).
 
     Args:
         base_grid: the base grid of the input maps (:func:`base_shape`).

@@ -100,7 +100,8 @@ class Aggregate:
         raise NotImplementedError
 
     def remove(self, state: Any, e: Any) -> Any:  # optional
-        """Return ``state`` with element ``e`` (added earlier) removed (``state`` may be changed)."""
+        """Return ``state`` with element ``e`` (added earlier) removed (``state`` itself may be
+        changed)."""
         raise NotImplementedError
 
     def merge(self, older: Any, newer: Any) -> Any:  # optional
