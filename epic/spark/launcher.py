@@ -198,6 +198,8 @@ class Launcher:
             if sink.path in self._done:   # an end of stream stays
                 return True
             sig = self._record_sig(sink.path)   # before the read: a later commit changes it
+            if sig is not False and sink.path in self._seen and self._seen[sink.path] == sig:
+                return False   # the record read last time (no end of stream), unchanged
             rec = read_sidecar(sink.path, self.deploy_id)
             self._seen[sink.path] = sig
             if rec and rec.get("eos"):

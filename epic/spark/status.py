@@ -92,7 +92,7 @@ class Stats:
         for name, q in self.queries.items():
             seen = self.rows_in.setdefault(name, {})
             try:
-                prog = q.recentProgress
+                prog = self._new_progress(name, q)
             except Exception:  # noqa: BLE001 - a stopped query
                 prog = []
             busy = self.busy.setdefault(name, {})
@@ -108,6 +108,34 @@ class Stats:
                                                   .get("triggerExecution") or 0)
             if prog:
                 self.last[name] = prog[-1]
+
+    def _new_progress(self, name: str, q) -> list[dict]:
+        """The progress reports of ``q`` since the last update: Spark's last one, or its recent
+        list when more than one batch ended in between (or at the first update).
+
+        ``recentProgress`` costs two py4j calls per report it holds (up to 100) and a JSON parse
+        each, in the driver and in the JVM, at every update; ``lastProgress`` two calls."""
+        jsq = getattr(q, "_jsq", None)   # classic PySpark: the raw JSON, no wrapper objects
+        if jsq is not None:
+            jp = jsq.lastProgress()
+            last = None if jp is None else json.loads(jp.json())
+        else:
+            last = q.lastProgress
+        if not last:
+            return []
+        prev = self.last.get(name)
+        bid = int(last["batchId"])
+        if prev is not None:
+            pid = int(prev["batchId"])
+            if bid == pid and last.get("timestamp") == prev.get("timestamp"):
+                return []              # nothing new
+            if bid <= pid + 1:
+                return [last]          # the next batch (or a newer report of the same one)
+        elif bid == 0:
+            return [last]
+        if jsq is not None:
+            return [json.loads(p.json()) for p in jsq.recentProgress()]
+        return list(q.recentProgress)
 
     def _rows_in(self, name: str) -> int:
         # Spark counts the commit-message rows; the query's planner counts the input rows.
