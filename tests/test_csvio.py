@@ -440,3 +440,28 @@ def test_a_writer_stops_counting_a_float_column_whose_dictionary_does_not_pay(tm
     for d in (True, False, False, False):
         csvio._preformat(table(d), memo)
     assert len(calls) == 3 and memo == {}   # miss, (skip), hit, hit
+
+
+@pytest.mark.parametrize("schema", [
+    SCHEMA,                                                       # non-nullable numbers
+    pa.schema([pa.field("name", pa.string(), nullable=False),     # only a string is required
+               pa.field("x", pa.int32())]),
+    pa.schema([pa.field("x", pa.int32())]),                       # nothing required
+], ids=["non-nullable-ints", "non-nullable-string", "all-nullable"])
+@pytest.mark.parametrize("where", ["first", "middle", "crlf", "last"])
+def test_an_empty_line_is_never_a_row(tmp_path, schema, where):
+    """pyarrow reads an empty line as a row of nulls; epic's reader reports it (strict) or sends
+    it to the dead letter (lenient) with its line number, whatever the schema's nullability
+    (the fast path leaves it to the null check or scans for it)."""
+    good = ",".join({"sid": "4", "ts": "10753295594424116", "x": "100", "name": "a"}[f.name]
+                    for f in schema) + "\n"
+    lines = [good] * 4
+    at = {"first": 0, "middle": 2, "crlf": 2, "last": 4}[where]
+    lines.insert(at, "\r\n" if where == "crlf" else "\n")
+    path = _write(tmp_path, "".join(lines))
+    with pytest.raises(InputError, match=f"line {at + 1}: empty_line"):
+        list(read_csv_batches(path, schema))
+    dead = tmp_path / "dead.csv"
+    rows = _rows(read_csv_batches(path, schema, mode="lenient", dead_letter=dead))
+    assert len(rows) == 4
+    assert [(int(r["line"]), r["reason"]) for r in _dead_letter(dead)] == [(at + 1, "empty_line")]
