@@ -525,7 +525,8 @@ class CsvBatchReader:
                     continue
                 rest = bytes(buf[cut:])
                 del buf[cut:]
-                n_lines = buf.count(b"\n")
+                # numpy releases the GIL (bytearray.count holds it): the parse threads run on
+                n_lines = int(np.count_nonzero(np.frombuffer(buf, np.uint8) == 10))
                 yield _Block(buf, next_line, n_lines)
                 next_line += n_lines
 
