@@ -442,7 +442,9 @@ class CsvBatchReader:
         """
         if not pending:
             return [], 0
-        table = pa.concat_tables(pending).combine_chunks()
+        # not combined: a batch within one parsed block is a slice of it (no copy); only a batch
+        # across blocks is concatenated (one_array)
+        table = pending[0] if len(pending) == 1 else pa.concat_tables(pending)
         n = table.num_rows
         if n == 0:
             return [], 0
