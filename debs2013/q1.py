@@ -71,7 +71,7 @@ import numpy as np
 import pyarrow as pa
 
 from debs2013 import constants as C
-from debs2013.common import Roster, column, floor_grid, time_ordered
+from debs2013.common import Roster, column, floor_grid, stable_order, time_ordered
 from debs2013.config import Q1Config
 from epic import serde
 from epic.aggregates import Aggregate
@@ -290,7 +290,7 @@ class RunningOperator:
         cfg = self.config
         if self._inc_done is None and len(ts):
             self._inc_done = int(floor_grid(int(ts[0]), cfg.origin, cfg.emit_period_ps))
-        order = np.argsort(pl, kind="stable")
+        order = stable_order(pl)
         bounds = np.searchsorted(pl[order], np.arange(self.roster.n + 1))
         commits_by_player = {}
         for i, p in enumerate(self._players):

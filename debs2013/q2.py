@@ -62,7 +62,8 @@ import numpy as np
 import pyarrow as pa
 
 from debs2013 import constants as C
-from debs2013.common import DictStateOperator, Roster, column, floor_grid, time_ordered
+from debs2013.common import (DictStateOperator, Roster, column, floor_grid, stable_order,
+                             time_ordered)
 from debs2013.config import Q2Config
 from epic import serde
 from epic.aggregates import Aggregate
@@ -228,7 +229,7 @@ class BallHitter(DictStateOperator):
         thr = cfg.hit_acc_raw
         strong = (a >= thr) if cfg.acc_inclusive else (a > thr)
         cand = np.nonzero(in_play & strong & ~stopped)[0]
-        srt = np.argsort(sid, kind="stable")
+        srt = stable_order(sid)
         lo = np.searchsorted(sid[srt], self._sids, side="left")
         hi = np.searchsorted(sid[srt], self._sids, side="right")
         sensor_rows = [srt[l:h] for l, h in zip(lo.tolist(), hi.tolist())]

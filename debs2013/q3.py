@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from debs2013 import constants as C
-from debs2013.common import Roster, column, floor_grid, time_ordered
+from debs2013.common import Roster, column, floor_grid, stable_order, time_ordered
 from debs2013.config import Q3Config
 from epic import serde
 from epic.aggregates import Aggregate
@@ -204,7 +204,7 @@ class HeatMapOperator:
         rows = np.nonzero(keep)[0]
         pl, slot, t = pl[rows], slot[rows], ts[rows]
         x, y = column(batch, "x")[rows], column(batch, "y")[rows]
-        order = np.argsort(pl, kind="stable")
+        order = stable_order(pl)
         bounds = np.searchsorted(pl[order], np.arange(self.roster.n + 1))
         for i, p in enumerate(self._players):
             idx = order[bounds[i]:bounds[i + 1]]

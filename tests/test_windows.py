@@ -23,6 +23,7 @@ from epic.windows import (
     sliding,
     tumbling,
 )
+from epic.windows.engine import group_rows
 from reference import few_reference
 
 SCHEMA = pa.schema([("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
@@ -466,3 +467,26 @@ def test_late_row_inside_lateness_lands_in_its_own_window_after_an_empty_stretch
     out = run(op, rows, cuts=[2])
     assert [(r["window_start"], r["window_end"], r["count"]) for r in out] == [
         (0, 1, 1), (4, 5, 1), (5, 6, 1)]
+
+
+@given(st.lists(st.one_of(st.integers(0, 3), st.integers(-2**40, 2**40),
+                          st.sampled_from(["a", "b", None, "c"])), min_size=1, max_size=300),
+       st.sampled_from(["int8", "int32", "int64", "uint16", "string"]))
+def test_group_rows_is_rows_by_key_in_order_of_first_appearance(values, kind):
+    """Whichever path groups them (small-int radix, np.unique, dictionary codes): each key's
+    rows in input order, keys in order of first appearance (a brute-force reference)."""
+    if kind == "string":
+        vals = [None if v is None else str(v) for v in values]
+        col = pa.array(vals, pa.string())
+    else:
+        info = np.iinfo(kind)
+        vals = [v if isinstance(v, int) and info.min <= v <= info.max else 1 for v in values]
+        col = pa.array(vals, getattr(pa, kind)())
+    got = group_rows(pa.record_batch([col], names=["k"]), ("k",))
+    expected: dict = {}
+    for i, v in enumerate(vals):
+        expected.setdefault(v, []).append(i)
+    assert [k for k, _ in got] == list(expected)
+    for k, idx in got:
+        rows = list(range(len(vals))) if idx is None else np.asarray(idx).tolist()
+        assert rows == expected[k]

@@ -886,6 +886,9 @@ def _group_small_ints(arr: np.ndarray, lo: int):
 
 
 def _split_codes(codes: np.ndarray, values: list):
+    if len(codes) and 0 <= codes.min() and codes.max() < 65536:
+        # dictionary indices: the radix sort of _group_small_ints, not np.unique's sort
+        return [(values[c], idx) for c, idx in _group_small_ints(codes, 0)]
     uniq, first, inv = np.unique(codes, return_index=True, return_inverse=True)
     order = np.argsort(inv, kind="stable")
     counts = np.bincount(inv, minlength=len(uniq))
