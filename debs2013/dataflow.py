@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import epic
 from debs2013 import constants as C
@@ -698,11 +699,27 @@ def _q3_batch(batch, config: Q3Config, schema: pa.Schema, ends, row, gc, pct) ->
     # ndarray.take: a fraction of fancy indexing's cost
     return pa.RecordBatch.from_arrays([
         pa.array(ends.take(row), pa.int64()),
-        batch.column("player_id").take(pa.array(row)),
+        _runs_take(batch.column("player_id"), row),
         *(pa.array(t.take(gc), schema.field(k).type) for k, t in enumerate(corners, start=2)),
         pa.array(pct, pa.float64()),
-        names.take(pa.array(grid_of.take(gc))),
+        _runs_take(names, grid_of.take(gc)),
     ], schema=schema)
+
+
+def _runs_take(values: pa.Array, idx: np.ndarray) -> pa.Array:
+    """``values.take(idx)``; when ``idx`` comes in runs (a window row's or a grid's rows), as the
+    decoding of a run-end encoded array: half the cost of a take for strings (9 -> 4.5 ns per
+    q3 row)."""
+    n = len(idx)
+    if n < 2:
+        return values.take(pa.array(idx, pa.int64()))
+    heads = np.flatnonzero(idx[1:] != idx[:-1]) + 1
+    if len(heads) * 8 > n or n >= 2**31:
+        return values.take(pa.array(idx, pa.int64()))
+    ends = np.append(heads, n).astype(np.int32)
+    starts = np.concatenate(([0], heads))
+    run_values = values.take(pa.array(idx.take(starts), pa.int64()))
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends), run_values))
 
 
 def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema) -> pa.RecordBatch:

@@ -303,3 +303,24 @@ def test_a_folded_heat_map_needs_a_base_grid_that_refines_the_grids():
         HeatMap((64, 100), C.Q3_GRIDS)
     with pytest.raises(ValueError, match="a state of 7168 cells, expected 8504"):
         HeatMap((64, 100, 13), C.Q3_GRIDS).result(np.zeros(7168, np.int64))
+
+
+def test_runs_take_equals_take():
+    """q3 rows' string columns (player, grid) are built by run-end decoding when their indices
+    come in runs: the same array as a take, whatever the indices (runs, random, empty, nulls)."""
+    from debs2013.dataflow import _runs_take
+
+    rng = np.random.default_rng(7)
+    vals = pa.array(["Nick Gertje", None, "8x13", "", "64x100"])
+    for trial in range(300):
+        n = int(rng.integers(0, 400))
+        kind = trial % 3
+        if kind == 0:
+            idx = np.sort(rng.integers(0, 5, n))
+        elif kind == 1:
+            idx = rng.integers(0, 5, n)
+        else:
+            idx = np.repeat(rng.integers(0, 5, max(1, n // 50)), 50)[:n]
+        got = _runs_take(vals, idx.astype(np.int64))
+        assert got.type == pa.string()
+        assert got.equals(vals.take(pa.array(idx, pa.int64()))), (trial, idx)
