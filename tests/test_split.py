@@ -64,6 +64,22 @@ def test_row_and_vectorised_forms_agree(rows, n, cut, thresholds, modes):
 
 
 @settings(max_examples=100, deadline=None)
+@given(rows=rows_strategy(), cut=st.integers(0, 60),
+       thresholds=st.lists(st.integers(0, 3), min_size=4, max_size=4))
+def test_outputs_with_equal_numpy_masks_get_the_same_rows(rows, cut, thresholds):
+    """Numpy masks (equal ones share a filtered batch): each output has its own rows."""
+
+    def row_query(i, ev):
+        return ev["sid"] % 4 < thresholds[i]
+
+    def vec_query(i, b):
+        return np.asarray(b["sid"]) % 4 < thresholds[i]
+
+    batches = to_batches(rows, cut)
+    assert run_split(row_query, 4, batches) == run_split(vector_split(vec_query), 4, batches)
+
+
+@settings(max_examples=100, deadline=None)
 @given(rows=rows_strategy(), cut=st.integers(0, 60), k=st.integers(0, 20))
 def test_row_transform_equals_vectorised_projection(rows, cut, k):
     """Transforming tuples per row equals a mask plus a column projection per output."""

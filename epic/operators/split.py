@@ -149,6 +149,9 @@ class SplitOperator:
     def _split_vector(self, batch):
         q = self.query
         result = []
+        # outputs with the same numpy mask share one filtered batch (DEBS: Q1 and Q3 both take
+        # the players' rows); comparing masks costs a fraction of filtering every column
+        filtered: list[tuple[np.ndarray, pa.RecordBatch]] = []
         for i in range(self.n):
             m = q.mask(i, batch)
             if m is None or m is False:
@@ -157,11 +160,19 @@ class SplitOperator:
             if m is True:
                 part = batch
             else:
-                if isinstance(m, pa.ChunkedArray):
-                    m = one_array(m)
-                if not isinstance(m, pa.Array):
-                    m = pa.array(np.asarray(m, dtype=bool))
-                part = batch.filter(m.fill_null(False))
+                part = None
+                key = m if isinstance(m, np.ndarray) and m.dtype == np.bool_ else None
+                if key is not None:
+                    part = next((b for k, b in filtered if k is key or np.array_equal(k, key)),
+                                None)
+                if part is None:
+                    if isinstance(m, pa.ChunkedArray):
+                        m = one_array(m)
+                    if not isinstance(m, pa.Array):
+                        m = pa.array(np.asarray(m, dtype=bool))
+                    part = batch.filter(m.fill_null(False))
+                    if key is not None:
+                        filtered.append((key, part))
             if part.num_rows == 0:
                 result.append([])
                 continue
