@@ -812,8 +812,9 @@ def _preformat_column(arr: pa.Array, count: bool = True):
     if len(heads) * 4 < n:
         starts = np.concatenate(([0], heads))
         text = arr.take(pa.array(starts)).cast(pa.string())
-        counts = np.diff(np.concatenate((starts, [n])))
-        return text.take(pa.array(np.repeat(np.arange(len(starts), dtype=np.int32), counts)))
+        # the run heads' text repeated by run-end decoding: half the cost of a take of strings
+        ends = np.append(heads, n).astype(np.int32 if n < 2**31 else np.int64)
+        return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends), text))
     probe = a[:_PROBE_ROWS]
     distinct = len(np.unique(probe))
     if distinct * 2 > len(probe):
