@@ -52,7 +52,7 @@ import pyarrow.csv as pacsv
 
 from epic.directio import MIN_DIRECT, native_append
 from epic.errors import InputError, OutputError, SpecError
-from epic.operator import one_array
+from epic.operator import one_array, repeat_runs
 
 __all__ = [
     "STRICT",
@@ -326,10 +326,9 @@ class CsvBatchReader:
         self._non_nullable = [i for i, f in enumerate(schema)
                               if not f.nullable or f.name in required]
         # an empty line gives a null in these (strings: an empty string, not a null)
-        self._null_if_empty = any(not (pa.types.is_string(schema.field(i).type)
-                                       or pa.types.is_large_string(schema.field(i).type)
-                                       or pa.types.is_binary(schema.field(i).type)
-                                       or pa.types.is_large_binary(schema.field(i).type))
+        texts = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                 pa.types.is_large_binary)
+        self._null_if_empty = any(not any(is_text(schema.field(i).type) for is_text in texts)
                                   for i in self._non_nullable)
         self._read_options = pacsv.ReadOptions(column_names=self._names, use_threads=use_threads,
                                                block_size=1 << 20)
@@ -812,9 +811,7 @@ def _preformat_column(arr: pa.Array, count: bool = True):
     if len(heads) * 4 < n:
         starts = np.concatenate(([0], heads))
         text = arr.take(pa.array(starts)).cast(pa.string())
-        # the run heads' text repeated by run-end decoding: half the cost of a take of strings
-        ends = np.append(heads, n).astype(np.int32 if n < 2**31 else np.int64)
-        return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends), text))
+        return repeat_runs(text, heads, n)   # half the cost of a take of strings
     probe = a[:_PROBE_ROWS]
     distinct = len(np.unique(probe))
     if distinct * 2 > len(probe):
