@@ -360,15 +360,13 @@ class HeatMap(Aggregate):
         # in place: a state passed to add or remove is the engine's only copy (epic.Aggregate),
         # and copying 8,504 cells per call was a tenth of q3's window time
         if len(cells):
-            times = np.asarray(times, np.int64)
-            if sign < 0:
-                times = -times
+            cells = np.asarray(cells, np.intp)
+            times = sign * np.asarray(times, np.int64)
             if self._map is not None:
                 # each base cell's time on its cell in every grid: a (cells, grids) index, the
                 # times broadcast along it (half the cost of the raveled and repeated form)
-                np.add.at(state, self._map[np.asarray(cells, np.intp)], times[:, None])
-            else:
-                np.add.at(state, np.asarray(cells, np.intp), times)
+                cells, times = self._map[cells], times[:, None]
+            np.add.at(state, cells, times)
         return state
 
     def add(self, state, e):
