@@ -270,9 +270,12 @@ class BallHitter(DictStateOperator):
         pid = [None] * len(rows)
         team = [None] * len(rows)
         att = np.zeros(len(rows), np.int8)
-        where = {int(r): k for k, r in enumerate(rows.tolist())}
-        for r, p in hit_player.items():
-            k = where[r]
+        # each hit's place among the output rows (sorted): no lookup table of every output row
+        # (with query 4 every row of the ball in play is one)
+        hit_rows = list(hit_player)
+        places = np.searchsorted(rows, np.asarray(hit_rows, np.int64)).tolist()
+        for k, r in zip(places, hit_rows):
+            p = hit_player[r]
             pid[k] = names[p]
             team[k] = teams[p]
             att[k] = attack[r]
@@ -309,7 +312,8 @@ class BallHitter(DictStateOperator):
 
     @staticmethod
     def _row_values(batch, r: int) -> list:
-        return [int(column(batch, f)[r]) for f in _BALL_FIELDS]
+        # one row's values: no conversion of whole columns
+        return [int(batch.column(f)[r].as_py()) for f in _BALL_FIELDS]
 
     def _lost_now(self, now: int, final: bool) -> list[pa.RecordBatch]:
         """An OUT row at the ball in play's last row when its data has stopped by ``now``."""
