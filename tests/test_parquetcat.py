@@ -41,7 +41,7 @@ def _write(path, table, group_rows, **kw):
 
 
 @settings(max_examples=25, deadline=None)
-@given(sizes=st.lists(st.integers(0, 1500), min_size=1, max_size=6),
+@given(sizes=st.lists(st.integers(0, 700), min_size=1, max_size=6),
        group_rows=st.sampled_from([3, 7, 1000, 1 << 20]),
        compression=st.sampled_from(["snappy", "zstd", "none"]),
        seed=st.integers(0, 2**16))

@@ -102,56 +102,42 @@ t.sink("pq", w, epic.parquet_sink(out + "/w.parquet"))
 '''
 
 
-def test_deploy_writes_a_parquet_sink_to_s3(s3, tmp_path):
-    """A Parquet sink on s3:// holds `epic run`'s rows once the deploy ends."""
+def test_deploy_writes_parquet_and_topic_sinks_to_s3(s3, tmp_path):
+    """A Parquet sink and a topic sink on s3:// (the topic's segments committed by copy, its
+    markers, its end of stream) hold `epic run`'s rows once one deploy of both ends."""
     import pyarrow.parquet as pq
+    from epic.topics import Topic
 
-    topo = tmp_path / "pq_s3.py"
-    topo.write_text(PARQUET_TOPOLOGY)
+    topo = tmp_path / "pq_tp_s3.py"
+    topo.write_text(PARQUET_TOPOLOGY + TOPIC_SINK)
     epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
     env = {k: v for k, v in os.environ.items() if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
     r = subprocess.run([sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir",
                         str(tmp_path / "wd"), "--batch-rows", "500", "--no-progress",
-                        "--timeout", "240", "--", "--out", f"{s3}/pq"],
+                        "--timeout", "240", "--", "--out", f"{s3}/both"],
                        env=env, start_new_session=True, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, _failure(r)
-    loc = resolve(f"{s3}/pq/w.parquet")
+    key = [("k", "ascending"), ("window_start", "ascending")]
+    loc = resolve(f"{s3}/both/w.parquet")
     with loc.open_input() as f:
         got = pq.read_table(f)
     ref = pq.read_table(tmp_path / "ref" / "w.parquet")
-    key = [("k", "ascending"), ("window_start", "ascending")]
     assert got.num_rows == ref.num_rows > 0
     assert got.sort_by(key).equals(ref.sort_by(key))
-
-
-TOPIC_TOPOLOGY = PARQUET_TOPOLOGY.replace(
-    't.sink("pq", w, epic.parquet_sink(out + "/w.parquet"))',
-    't.sink("tp", w, epic.topic_sink(out + "/w"))')
-
-
-def test_deploy_writes_a_topic_sink_to_s3(s3, tmp_path):
-    """A topic sink on s3:// (segments committed by copy, markers, end of stream) holds `epic
-    run`'s rows and ends with an end-of-stream segment."""
-    from epic.topics import Topic
-
-    topo = tmp_path / "tp_s3.py"
-    topo.write_text(TOPIC_TOPOLOGY)
-    epic.run(load_topology(topo, params={"out": str(tmp_path / "ref")}))
-    env = {k: v for k, v in os.environ.items() if k not in ("EPIC_CRASH_AT", "EPIC_DRIVER_PGID")}
-    r = subprocess.run([sys.executable, "-m", "epic.spark.cli", "deploy", str(topo), "--workdir",
-                        str(tmp_path / "wd"), "--batch-rows", "500", "--no-progress",
-                        "--timeout", "240", "--", "--out", f"{s3}/tp"],
-                       env=env, start_new_session=True, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, _failure(r)
-    topic = Topic.open(f"{s3}/tp/w")
+    topic = Topic.open(f"{s3}/both/w")
     assert topic.status().eos
-    key = [("k", "ascending"), ("window_start", "ascending")]
     got = topic.read_table().sort_by(key)
     ref = Topic.open(tmp_path / "ref" / "w").read_table().sort_by(key)
     assert got.num_rows == ref.num_rows > 0
     assert got.equals(ref)
+
+
+# one deploy writes both sinks (test_deploy_writes_parquet_and_topic_sinks_to_s3): a topology
+# per sink cost a JVM start each (~20 s)
+TOPIC_SINK = '''
+t.sink("tp", w, epic.topic_sink(out + "/w"))
+'''
 
 
 @pytest.mark.slow
