@@ -291,12 +291,15 @@ class RunningOperator:
         if self._inc_done is None and len(ts):
             self._inc_done = int(floor_grid(int(ts[0]), cfg.origin, cfg.emit_period_ps))
         order = stable_order(pl)
-        bounds = np.searchsorted(pl[order], np.arange(self.roster.n + 1))
+        bounds = np.searchsorted(pl.take(order), np.arange(self.roster.n + 1)).tolist()
+        # the columns in player order once (ndarray.take), each player's rows a slice of them
+        # (no gather per player and column)
+        cols = [a.take(order) for a in (ts, slot, v, x, y)]
         commits_by_player = {}
         for i, p in enumerate(self._players):
-            idx = order[bounds[i]:bounds[i + 1]]
-            if len(idx):
-                commits = self._player_events(p, ts[idx], slot[idx], v[idx], x[idx], y[idx])
+            lo, hi = bounds[i], bounds[i + 1]
+            if hi > lo:
+                commits = self._player_events(p, *(c[lo:hi] for c in cols))
             else:
                 commits = []
             self._confirm(p, frontier, commits)
@@ -499,7 +502,13 @@ class RunningOperator:
                 continue
             bl = [b for b in p["bounds"] if b[0] < upto]
             bt = np.array([b[0] for b in bl], np.int64)
-            pts = np.union1d(points_grid, bt)
+            if len(bt):
+                # np.union1d's sort, as a merge of two sorted runs (timsort), then unique
+                pts = np.concatenate((points_grid, bt))
+                pts.sort(kind="stable")
+                pts = pts[np.concatenate(([True], pts[1:] != pts[:-1]))]
+            else:
+                pts = points_grid
             T, D, _ = kn.eval(pts, cfg.max_gap_ps, closed=True)
             Dr = np.round(D).astype(np.int64)
             dT = np.diff(T)
