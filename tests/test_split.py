@@ -97,6 +97,30 @@ def test_row_transform_equals_vectorised_projection(rows, cut, k):
         run_split(vec, 2, batches, [proj, SCHEMA])
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows=rows_strategy(), cut=st.integers(0, 60), k=st.integers(0, 20))
+def test_outputs_sharing_a_mask_keep_their_own_projections(rows, cut, k):
+    """Outputs whose numpy masks are equal share one filtered batch of the columns their
+    projections keep (here ts and v of three; DEBS: Q1's and Q3's players' rows, 5 of 14): each
+    still gets exactly its own columns, in its own order, as the per-row form gives them."""
+    p0 = pa.schema([("ts", pa.int64())])
+    p1 = pa.schema([("v", pa.float64()), ("ts", pa.int64())])
+
+    def row_query(i, ev):
+        if i == 2:
+            return True
+        keep = ev["sid"] >= k
+        if i == 0:
+            return keep and {"ts": ev["ts"]}
+        return keep and {"v": ev["v"], "ts": ev["ts"]}
+
+    vec = vector_split(lambda i, b: True if i == 2 else np.asarray(b["sid"]) >= k,
+                       project=[["ts"], ["v", "ts"], None])
+    batches = to_batches(rows, cut)
+    assert run_split(row_query, 3, batches, [p0, p1, SCHEMA]) == \
+        run_split(vec, 3, batches, [p0, p1, SCHEMA])
+
+
 @settings(max_examples=50, deadline=None)
 @given(rows=rows_strategy(), n=st.integers(1, 5), cut=st.integers(0, 60))
 def test_pairs_form_equals_row_form(rows, n, cut):
