@@ -19,8 +19,7 @@ remaining rows at ``ts == t`` come in.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -100,6 +99,15 @@ class Roster:
     slot_of: np.ndarray
     balls: tuple[int, ...]
     goalkeepers: tuple[int, int]
+    #: ``sid -> True`` for a ball sensor (a table like :attr:`player_of`), built from ``balls``.
+    #: A plain attribute, not a ``functools.cached_property``: a topology ships its modules by
+    #: value, and Python 3.11's cached_property holds a lock that cannot be pickled.
+    ball_of: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        table = np.zeros(_MAX_SID, bool)
+        table[np.asarray(self.balls, np.int64)] = True
+        object.__setattr__(self, "ball_of", table)
 
     @classmethod
     def from_metadata(cls, metadata: GameMetadata | None = None) -> "Roster":
@@ -141,13 +149,6 @@ class Roster:
         p = np.where(ok, self.player_of[s], -1).astype(np.int64)
         k = np.where(ok, self.slot_of[s], -1).astype(np.int64)
         return p, k
-
-    @functools.cached_property
-    def ball_of(self) -> np.ndarray:
-        """``sid -> True`` for a ball sensor (a table like :attr:`player_of`)."""
-        table = np.zeros(_MAX_SID, bool)
-        table[np.asarray(self.balls, np.int64)] = True
-        return table
 
     def is_ball(self, sid: np.ndarray) -> np.ndarray:
         """Mask of ball-sensor rows."""

@@ -562,6 +562,9 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
             cloudpickle.register_pickle_by_value(sys.modules[m])
         except (ValueError, KeyError):
             pass
+    from epic.spark.ship import check_picklable
+
+    check_picklable(topology)
     plan = DeployPlan(topology, wd, partitions=partitions, fuse=fuse, batch_rows=batch_rows,
                       retention=retention, driver_dir=driver,
                       background_nice=_background_nice(spark),

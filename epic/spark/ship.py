@@ -145,6 +145,25 @@ def by_value_modules(topology) -> set[str]:
     return out
 
 
+def check_picklable(topology) -> None:
+    """Pickle every node as its queries' plans will be pickled (after :func:`by_value_modules`
+    were registered): a node holding what cannot be pickled (a lock, an open file, a
+    ``functools.cached_property`` of Python 3.11 in a class shipped by value) fails here, named,
+    instead of deep inside Spark's broadcast with only the type of the object."""
+    from pyspark import cloudpickle
+
+    for name, node in topology.nodes.items():
+        try:
+            cloudpickle.dumps(node)
+        except Exception as e:  # noqa: BLE001 - any pickling failure, reported with its node
+            raise EpicError(
+                f"node {name!r} cannot be shipped to Spark's Python workers: pickling it failed "
+                f"with {type(e).__name__}: {e}. Its functions and the objects they use are "
+                "pickled (by value when their module is not importable on the workers); keep "
+                "locks, open files, sockets and clients out of them, or create them inside the "
+                "function on first use") from e
+
+
 def _importable(module: str) -> bool:
     """Whether a Python worker can import ``module`` by name: its top-level package is found on
     ``sys.path`` (installed, editable or not). Shipping an importable package by value would drag

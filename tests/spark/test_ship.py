@@ -115,3 +115,45 @@ def test_a_slim_pack_leaves_out_test_suites_and_build_files():
     assert os.path.join("numpy", "testing", "__init__.py") in slim
     assert os.path.join("numpy", "__init__.py") in slim
     assert any(f.endswith(".so") for f in slim)
+
+
+def test_the_debs_topology_pickles_with_its_package_shipped_by_value():
+    """`epic deploy topologies/debs2013.py` from a shell pickles the debs2013 package by value
+    (not importable on the workers' path); every node must pickle so (a Python 3.11
+    ``functools.cached_property`` holds a lock: once, the deploy failed in Spark's broadcast)."""
+    import sys
+
+    from pyspark import cloudpickle
+
+    t = load_topology(ROOT / "topologies" / "debs2013.py")
+    mods = [sys.modules[m] for m in sorted(sys.modules)
+            if m == "debs2013" or m.startswith("debs2013.")]
+    assert mods
+    for m in mods:
+        cloudpickle.register_pickle_by_value(m)
+    try:
+        ship.check_picklable(t)
+    finally:
+        for m in mods:
+            cloudpickle.unregister_pickle_by_value(m)
+
+
+def test_a_node_holding_a_lock_is_named_before_spark_pickles_it():
+    import threading
+
+    import pyarrow as pa
+
+    import epic
+    from epic.topology import Topology
+
+    lock = threading.Lock()
+
+    def keep(b):
+        with lock:
+            return b
+
+    t = Topology("t")
+    s = t.source("src", epic.iterator_source([], schema={"ts": "int64"}, time="ts", unit="ms"))
+    t.map("locked", s, keep, schema=pa.schema([("ts", pa.int64())]))
+    with pytest.raises(EpicError, match=r"node 'locked' cannot be shipped.*lock"):
+        ship.check_picklable(t)
