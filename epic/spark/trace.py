@@ -2,10 +2,12 @@
 
 ``EPIC_TRACE=/path/trace.jsonl epic deploy ...`` makes the driver, Spark's planner processes (one
 per query: offsets, micro-batch planning, source parsing and spooling), the commit runners and the
-tasks append one JSON line per span to that file: ``{"span", "query", "pid", "kind", "t0", "t1"}``
-plus span fields (``t0``/``t1``: ``time.time()`` seconds, comparable across processes on one
-machine). Each line is one ``write`` to a file opened with ``O_APPEND``, so lines from concurrent
-processes do not interleave. Unset (the default), :func:`span` costs one dictionary lookup.
+tasks append one JSON line per span to that file: ``{"span", "query", "pid", "kind", "t0", "t1",
+"cpu"}`` plus span fields (``t0``/``t1``: ``time.time()`` seconds, comparable across processes
+on one machine; ``cpu``: the CPU seconds of the thread in the span, where wall time also counts
+waiting for a core). Each line is one ``write`` to a file opened with ``O_APPEND``, so lines
+from concurrent processes do not interleave. Unset (the default), :func:`span` costs one
+dictionary lookup.
 
 ``scripts/bench_spark_windows.py --trace`` turns a trace into the table of docs/performance.md
 ("Where the fixed cost goes"); :func:`load` reads one back.
@@ -84,11 +86,12 @@ def span(name: str, query: str = "", kind: str = "", **fields):
         return
     extra = dict(fields)
     t0 = time.time()
+    c0 = time.thread_time()
     try:
         yield extra
     finally:
         _write({"span": name, "query": query, "kind": kind, "pid": os.getpid(), "t0": t0,
-                "t1": time.time(), **extra})
+                "t1": time.time(), "cpu": round(time.thread_time() - c0, 6), **extra})
 
 
 def event(name: str, query: str = "", kind: str = "driver", **fields) -> None:
