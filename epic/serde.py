@@ -13,10 +13,21 @@ extension data they were copied three times each way: a 20-minute window's 108 M
 zstd-compressed when that saves at least 40 % (running sums, sparse counts: a DEBS 20-minute
 window's sums 96 -> 10 MB in 0.07 s): a deploy writes every stateful node's snapshot each
 micro-batch, and the bytes written were what took the time. :func:`unpackb` reads every form.
+
+**Frozen segments.** An operator whose state is mostly an append-only log (a prefix window's
+times and running sums) marks the parts that can no longer change as :class:`Frozen`. Packed
+while a :class:`SegmentSink` is active (a deploy's task saving a snapshot: :func:`segments`), a
+frozen array is stored once, in the sink's file of that save, and every later snapshot holds
+only its reference (:attr:`Frozen.ref`); read back while a :class:`SegmentSource` is active, the
+reference yields the array again. A snapshot's cost then follows what changed since the last
+one, not the size of the state. Without a sink (``epic run``'s trial snapshot, tests) a frozen
+array is packed inline like any other array.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import struct
 
 import msgpack
@@ -24,7 +35,8 @@ import numpy as np
 
 from .errors import StateError
 
-__all__ = ["Blob", "RAW_MIN", "pack_large", "packb", "unpackb"]
+__all__ = ["Blob", "Frozen", "RAW_MIN", "SegmentSink", "SegmentSource", "pack_large", "packb",
+           "segments", "unpackb"]
 
 _EXT_NDARRAY = 1
 _EXT_BIGINT = 2
@@ -36,6 +48,8 @@ _EXT_RAW_BYTES = 4   # data: msgpack [offset, nbytes]
 _EXT_RAGGED = 5      # data: msgpack [dtype, shape, count of values], lengths, values
 _EXT_RAW_RAGGED = 6  # data: msgpack [dtype, shape, lengths offset, nbytes, values offset, nbytes]
 _EXT_ZRAW_ARRAY = 7  # data: msgpack [dtype, shape, offset, compressed nbytes, nbytes] (zstd)
+_EXT_FROZEN = 8      # data: msgpack Frozen.ref: [file, dtype, shape, offset, stored nbytes,
+                     #   nbytes, codec or None] in a SegmentSink's file
 
 #: :func:`pack_large`'s container: 0xc1 (a byte msgpack never uses, so no msgpack document starts
 #: with it), a tag, the body's length (little-endian u64), the msgpack body, then the raw
@@ -49,6 +63,8 @@ RAW_MIN = 1 << 16
 #: (:func:`_compressed`).
 ZRAW_MIN = 1 << 20
 _ZRAW_KEEP = 0.6   # compressed only if it takes at most this share of the bytes
+#: The codec of :class:`Frozen` segments (:class:`SegmentSink`).
+SEGMENT_CODEC = "lz4_raw"
 _ZRAW_PROBE = 1 << 16
 
 
@@ -73,6 +89,119 @@ class Blob:
 
     def __init__(self, data: bytes):
         self.data = data
+
+
+class Frozen:
+    """An array whose content no later snapshot will change (see the module doc).
+
+    ``array``: the values (None once only the reference is kept); ``ref``: where a
+    :class:`SegmentSink` stored them, set by :func:`pack_large` (None: not stored yet). An
+    operator keeps the ``ref`` of each frozen part (not the array) and hands the same
+    reference to every later snapshot that still holds the part."""
+
+    __slots__ = ("array", "ref")
+
+    def __init__(self, array: np.ndarray | None = None, ref: list | None = None):
+        if array is None and ref is None:
+            raise ValueError("Frozen needs an array or a reference")
+        self.array = array
+        self.ref = ref
+
+
+class SegmentSink:
+    """Collects the frozen arrays one snapshot stores for the first time, as the parts of one
+    file named ``name`` (written by the caller, before the snapshot that refers to it)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.parts: list = []
+        self.size = 0
+        #: files every reference of the snapshot points to (this one included when used)
+        self.files: set[str] = set()
+
+    def add(self, arr: np.ndarray) -> list:
+        import pyarrow as pa
+
+        arr = np.ascontiguousarray(arr)
+        flat = arr.reshape(-1).view(np.uint8)
+        # LZ4 (raw blocks), not zstd: a segment is compressed once and decompressed at every
+        # restore of the snapshots that refer to it. A DEBS window's running sums: zstd 11x at
+        # 0.6 GB/s back, LZ4 6x at 5.4 GB/s.
+        z = pa.compress(flat, codec=SEGMENT_CODEC) if flat.nbytes >= 4096 else None
+        if z is not None and z.size > _ZRAW_KEEP * flat.nbytes:
+            z = None
+        data = flat if z is None else z
+        n = data.nbytes if z is None else z.size
+        off = self.size
+        self.parts.append(data)
+        pad = _pad8(n)
+        if pad:
+            self.parts.append(b"\0" * pad)
+        self.size += n + pad
+        self.files.add(self.name)
+        return [self.name, arr.dtype.str, list(arr.shape), off, n, flat.nbytes,
+                None if z is None else SEGMENT_CODEC]
+
+
+class SegmentSource:
+    """Reads the arrays of :class:`Frozen` references: ``read(name)`` returns a file's bytes
+    (each file is read once per source). The arrays may be read-only views of those bytes: an
+    operator copies what it keeps (as it joins its segments)."""
+
+    def __init__(self, read):
+        self._read = read
+        self._files: dict[str, memoryview] = {}
+
+    def array(self, ref: list) -> np.ndarray:
+        try:
+            if len(ref) == 6:   # this session's first form: zstd when stored smaller
+                name, dtype, shape, off, n, nbytes = ref
+                codec = "zstd" if n < nbytes else None
+            else:
+                name, dtype, shape, off, n, nbytes, codec = ref
+        except (TypeError, ValueError):
+            raise StateError(f"corrupt state: a frozen segment reference {ref!r}") from None
+        mv = self._files.get(name)
+        if mv is None:
+            try:
+                mv = memoryview(self._read(name)).cast("B")
+            except FileNotFoundError:
+                raise StateError(f"state segment file {name!r} is missing; the snapshot "
+                                 "refers to it (was the state directory pruned by hand?)") from None
+            self._files[name] = mv
+        if off < 0 or n < 0 or off + n > len(mv):
+            raise StateError(f"corrupt state: a segment lies beyond the end of {name!r}")
+        dt = np.dtype(dtype)
+        if codec is not None:
+            import pyarrow as pa
+
+            if codec not in ("lz4_raw", "zstd"):
+                raise StateError(f"corrupt state: segment codec {codec!r}")
+            raw = pa.decompress(mv[off:off + n], nbytes, codec=codec)
+            if raw.size != nbytes:
+                raise StateError("corrupt state: a compressed segment's size does not match")
+            arr = np.frombuffer(raw, dtype=dt, count=nbytes // dt.itemsize)
+        else:
+            # a read-only view of the file's bytes (the reader copies what it keeps)
+            arr = np.frombuffer(mv, dtype=dt, count=nbytes // dt.itemsize, offset=off)
+        return arr.reshape(shape)
+
+
+_SINK: contextvars.ContextVar = contextvars.ContextVar("epic_segment_sink", default=None)
+_SOURCE: contextvars.ContextVar = contextvars.ContextVar("epic_segment_source", default=None)
+
+
+@contextlib.contextmanager
+def segments(sink: SegmentSink | None = None, source: SegmentSource | None = None):
+    """Within the block, :func:`pack_large` stores :class:`Frozen` arrays in ``sink`` and
+    :func:`unpackb` resolves their references from ``source``."""
+    t1 = _SINK.set(sink)
+    t2 = _SOURCE.set(source)
+    try:
+        yield
+    finally:
+        _SINK.reset(t1)
+        _SOURCE.reset(t2)
 
 
 def _ragged(arr: np.ndarray):
@@ -170,7 +299,17 @@ def _ext_hook(code, data):
         return _from_ragged(shape, lengths, values)
     if code == _EXT_BIGINT:
         return int(data.decode())
+    if code == _EXT_FROZEN:
+        return _frozen(data)
     raise StateError(f"unknown msgpack extension type {code} in state")
+
+
+def _frozen(ext) -> Frozen:
+    """A :class:`Frozen` reference read back: with its array when a :class:`SegmentSource` is
+    active, else the reference alone (a reader that only looks at other fields)."""
+    ref = msgpack.unpackb(ext)
+    source = _SOURCE.get()
+    return Frozen(None if source is None else source.array(ref), ref)
 
 
 def _pad8(n: int) -> int:
@@ -198,7 +337,18 @@ def pack_large(value, raw_min: int | None = None, join: bool = True) -> bytes | 
         at[0] += n + pad
         return off
 
+    sink = _SINK.get()
+
     def default(obj):
+        if isinstance(obj, Frozen):
+            if sink is None:
+                if obj.array is None:
+                    return msgpack.ExtType(_EXT_FROZEN, msgpack.packb(obj.ref))
+                return default(obj.array)
+            if obj.ref is None:
+                obj.ref = sink.add(obj.array)
+            sink.files.add(obj.ref[0])
+            return msgpack.ExtType(_EXT_FROZEN, msgpack.packb(obj.ref))
         if isinstance(obj, Blob):
             data = memoryview(obj.data).cast("B")
             return msgpack.ExtType(_EXT_RAW_BYTES,
@@ -272,6 +422,8 @@ def _unpack_large(data) -> object:
             off, n = msgpack.unpackb(ext)
             start = segment(off, n)
             return bytes(mv[start:start + n])
+        if code == _EXT_FROZEN:
+            return _frozen(ext)
         if code == _EXT_RAW_RAGGED:
             dtype, shape, loff, ln, voff, vn = msgpack.unpackb(ext)
             dt = np.dtype(dtype)

@@ -132,6 +132,116 @@ def test_prefix_engine_equals_general_engine(case, raw_min, collapse):
         _prefix_equals_general(case)
 
 
+def drive_segmented(make, rows, cuts, entry, marks):
+    """:func:`drive` as a deploy runs it: a fresh operator per batch, restored from the last
+    snapshot, and every snapshot packed with a segment sink whose files a dict keeps (the
+    frozen segments stored once, later snapshots referring to them). Returns the rows, the
+    files and how many bytes each save wrote (snapshot and new segment file)."""
+    from epic import serde
+
+    files: dict[str, bytes] = {}
+    written = []
+    snap = None
+    out = []
+    op = None
+    for i, b in enumerate(batches(rows, cuts, entry)):
+        op = make()
+        if snap is not None:
+            with serde.segments(source=serde.SegmentSource(files.__getitem__)):
+                op.restore(snap)
+        out += op.on_batch(b)
+        if i in marks:
+            out += op.on_watermark(marks[i])
+        sink = serde.SegmentSink(f"{i}.seg")
+        with serde.segments(sink=sink):
+            snap = op.snapshot()
+        assert all(name in files or name == sink.name for name in sink.files)
+        if sink.parts:
+            files[sink.name] = b"".join(bytes(memoryview(p).cast("B")) for p in sink.parts)
+        written.append(len(snap) + (len(files[sink.name]) if sink.parts else 0))
+    if op is None:
+        op = make()
+    out += op.on_end()
+    return pa.Table.from_batches(out, schema=op.output_schema).to_pylist(), files, written
+
+
+@st.composite
+def sliding_cases(draw):
+    """Streams long against their windows (up to 600 rows, small time steps, up to 40 cuts),
+    so that a window spans several batches and slides over many segments: entries are dropped
+    in the middle of frozen segments and before the first one."""
+    n = draw(st.integers(20, 600))
+    steps = draw(st.lists(st.sampled_from([0, 1, 1, 2, 3, 9]), min_size=n, max_size=n))
+    times = np.cumsum(steps).tolist()
+    lateness = draw(st.sampled_from([0, 0, 2, 5]))
+    if lateness:
+        jit = draw(st.lists(st.integers(0, lateness), min_size=n, max_size=n))
+        times = [t - j for t, j in zip(times, jit)]
+    nkeys = draw(st.integers(1, 3))
+    keys = draw(st.lists(st.integers(0, nkeys - 1), min_size=n, max_size=n))
+    values = draw(st.lists(st.integers(-20, 20), min_size=n, max_size=n))
+    cuts = draw(st.lists(st.integers(0, n), max_size=40))
+    L = draw(st.integers(1, 150))
+    S = draw(st.integers(1, L))
+    E = draw(st.one_of(st.none(), st.integers(1, L)))
+    marks = draw(st.dictionaries(st.integers(0, 40), st.integers(0, int(times[-1]) + 50),
+                                 max_size=3))
+    return (list(zip(keys, times, values)), cuts, (L, S, E), lateness,
+            draw(st.one_of(st.none(), st.just(0))), draw(st.booleans()), marks, set())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.one_of(cases(), sliding_cases()), st.sampled_from([1, 2, 3, 8]),
+       st.sampled_from([1, 2, None]))
+def test_frozen_segments_restore_every_batch_as_if_never_stopped(case, seg, collapse):
+    """A deploy's snapshots (frozen segments of ``seg`` entries, stored once and referred to
+    afterwards) restored before every batch give the general engine's rows, for any FEW time
+    window, batch cuts, disorder within the lateness, watermarks and delay column."""
+    from unittest import mock
+
+    from epic.windows import prefix
+
+    rows, cuts, (L, S, E), lateness, origin, entry, marks, _ = case
+    spec = few_time(L, S, E, lateness=lateness, origin=origin)
+    sch = schema_for(entry)
+    with mock.patch.object(prefix, "SEG_ENTRIES", seg), \
+            mock.patch.object(prefix, "COLLAPSE_MIN", collapse or prefix.COLLAPSE_MIN):
+        general, _ = drive(lambda: WindowOperator(spec, AGGS, sch, "ts", "s", "k"), rows, cuts,
+                           entry, marks)
+        got, _, _ = drive_segmented(
+            lambda: PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k"), rows, cuts, entry,
+            marks)
+    assert got == general
+
+
+def test_a_snapshot_writes_what_changed_not_the_whole_window():
+    """A long window over a dense stream, snapshotted after every batch: with frozen segments
+    each save writes about one batch of entries (plus less than a segment), not the window's
+    entries; a fresh operator restored from the segments ends as the uninterrupted one."""
+    from unittest import mock
+
+    from epic.windows import prefix
+
+    spec = few_time(2_000, 1, 1, origin=0)          # 2,000 cells of one element each
+    sch = schema_for(True)
+    rows = [(k, t, t % 7) for t in range(12_000) for k in (0, 1)]
+    cuts = list(range(0, len(rows), 400))           # 200 time units per batch
+    want, whole = drive(lambda: PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k"), rows,
+                        cuts, True, {})
+    with mock.patch.object(prefix, "SEG_ENTRIES", 128):
+        got, files, written = drive_segmented(
+            lambda: PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k"), rows, cuts, True, {})
+    assert got == want
+    full = len(whole.snapshot())                    # a window of entries, inline
+    steady = written[len(written) // 2:]
+    assert full > 100_000
+    # per save: 200 new entries per key, twice, and less than a segment (128) of tail: not
+    # the 2,000 of the window
+    assert max(steady) < 0.4 * full, (max(steady), full)
+    # frozen files no snapshot refers to any more are a store's to delete; all read back here
+    assert files
+
+
 def _prefix_equals_general(case):
     rows, cuts, (L, S, E), lateness, origin, entry, marks, restore_at = case
     spec = few_time(L, S, E, lateness=lateness, origin=origin)
@@ -201,7 +311,7 @@ def test_lift_must_be_integer_and_snapshot_format_is_checked():
     with pytest.raises(SpecError, match="'f'.*integers"):
         op.on_batch(next(batches([(0, 1, 2)], [], False)))
     general = WindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k")
-    with pytest.raises(StateError, match="not a epic.window.prefix/4 snapshot"):
+    with pytest.raises(StateError, match="not a epic.window.prefix/5 snapshot"):
         PrefixWindowOperator(few_time(10, 1, 1), AGGS, sch, "ts", "s", "k").restore(
             general.snapshot())
 
@@ -252,9 +362,11 @@ def test_a_key_keeps_one_entry_per_cell_of_its_window_not_one_per_element():
     assert pa.Table.from_batches(out, schema=op.output_schema).to_pylist() == general
 
 
-def test_a_snapshot_of_the_previous_format_is_restored():
+@pytest.mark.parametrize("fmt", ["epic.window.prefix/3", "epic.window.prefix/4"])
+def test_a_snapshot_of_a_previous_format_is_restored(fmt):
     """epic.window.prefix/3 (before cells were folded: no counts) restores as one entry per
-    element, and the window goes on as if never stopped."""
+    element, /4 (before frozen segments) with its counts, and the window goes on as if never
+    stopped."""
     from epic import serde
 
     spec = few_time(8, 2, 1, origin=0)
@@ -265,11 +377,15 @@ def test_a_snapshot_of_the_previous_format_is_restored():
     op = PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k")
     it = batches(rows, [200], False)
     out = op.on_batch(next(it))
-    st = serde.unpack_state(op.snapshot(), "epic.window.prefix/4")
+    st = serde.unpack_state(op.snapshot(), "epic.window.prefix/5")
     assert all(not len(k["counts"]) for k in st["keys"])   # too few elements to fold yet
+    del st["seg_entries"]
     for k in st["keys"]:
-        del k["counts"]
+        assert not k["segs"] and k["pre"] is None      # no segment store: all inline
+        new_fields = ("segs", "seg0", "gone", "pre", "scanned", "counted")
+        for f in new_fields + (("counts",) if fmt.endswith("3") else ()):
+            del k[f]
     fresh = PrefixWindowOperator(spec, AGGS, sch, "ts", "s", "k")
-    fresh.restore(serde.pack_state("epic.window.prefix/3", st))
+    fresh.restore(serde.pack_state(fmt, st))
     out += fresh.on_batch(next(it)) + fresh.on_end()
     assert pa.Table.from_batches(out, schema=op.output_schema).to_pylist() == want

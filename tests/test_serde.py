@@ -206,3 +206,45 @@ def test_large_compressible_arrays_are_stored_compressed_and_read_back_writable(
     only = serde.pack_large({"sums": sums})
     with pytest.raises(StateError, match="corrupt"):
         serde.unpackb(only[:len(only) - 1000])
+
+
+def test_frozen_arrays_are_stored_once_and_referred_to_afterwards():
+    """With a segment sink a Frozen array goes to the sink's file (compressed when it pays) and
+    the snapshot holds its reference; the next snapshot refers to the same bytes without storing
+    them; a source resolves the references; without a source only the references come back;
+    without a sink the array is packed inline."""
+    import numpy as np
+
+    from epic import serde
+
+    sums = np.cumsum(np.arange(200_000, dtype=np.int64) % 7)     # 1.6 MB, compressible
+    noise = np.random.default_rng(1).integers(0, 2**62, 20_000)   # 160 KB, incompressible
+    f1, f2 = serde.Frozen(sums), serde.Frozen(noise)
+    files = {}
+    sink = serde.SegmentSink("3.seg")
+    with serde.segments(sink=sink):
+        first = serde.pack_large({"a": f1, "b": [f2], "tail": np.arange(5)})
+    files[sink.name] = b"".join(bytes(memoryview(p).cast("B")) for p in sink.parts)
+    assert f1.ref[0] == f2.ref[0] == "3.seg" and sink.files == {"3.seg"}
+    assert len(first) < 1_000                        # references, not arrays
+    assert len(files["3.seg"]) < 0.6 * sums.nbytes + noise.nbytes + 64   # compressed
+    # later: the operator keeps only the references
+    sink2 = serde.SegmentSink("4.seg")
+    with serde.segments(sink=sink2):
+        second = serde.pack_large({"a": serde.Frozen(None, f1.ref), "tail": np.arange(6)})
+    assert not sink2.parts and sink2.files == {"3.seg"}
+    with serde.segments(source=serde.SegmentSource(files.__getitem__)):
+        got = serde.unpackb(first)
+        got2 = serde.unpackb(second)
+    assert np.array_equal(got["a"].array, sums) and np.array_equal(got["b"][0].array, noise)
+    assert got["a"].ref == f1.ref and np.array_equal(got2["a"].array, sums)
+    bare = serde.unpackb(second)
+    assert bare["a"].array is None and bare["a"].ref == f1.ref
+    inline = serde.unpackb(serde.pack_large({"a": serde.Frozen(sums)}))
+    assert isinstance(inline["a"], np.ndarray) and np.array_equal(inline["a"], sums)
+    def gone(name):
+        raise FileNotFoundError(name)
+
+    with pytest.raises(StateError, match="segment file '3.seg' is missing"):
+        with serde.segments(source=serde.SegmentSource(gone)):
+            serde.unpackb(first)

@@ -33,6 +33,7 @@ import pyarrow.fs as pafs
 
 from epic import serde
 from epic.atomic import atomic_write
+from epic.errors import StateError
 from epic.operator import snapshot_state
 from epic.operators import build as build_operator
 from epic.schemas import one_array
@@ -181,14 +182,62 @@ class StateStore:
         with self.fs.open_input_stream(f"{self.dir}/{ids[-1]}.state") as f:
             return f.read()
 
-    def save(self, batch_id: int, data: bytes | list, summary: tuple | None = None) -> None:
+    # Frozen segments (epic.serde.Frozen): an operator's unchanging parts, stored once in
+    # ``<batch id>.seg`` beside the snapshot of the batch that first held them; ``<batch
+    # id>.refs`` lists the segment files a snapshot refers to (for their deletion).
+
+    def segment_sink(self, batch_id: int) -> serde.SegmentSink:
+        """Where the snapshot of ``batch_id`` stores the segments it freezes (:meth:`save`
+        writes them)."""
+        return serde.SegmentSink(f"{batch_id}.seg")
+
+    def segment_source(self) -> serde.SegmentSource:
+        """Reads the segment files a restored snapshot refers to."""
+        def read(name: str):
+            if "/" in name or not name.endswith(".seg"):
+                raise StateError(f"corrupt state: segment file name {name!r}")
+            path = f"{self.dir}/{name}"
+            if self.local:
+                # mapped, not copied: the restore copies each segment once, into its arrays
+                # (a file is never changed once written: a replay renames a new one over it)
+                return pa.memory_map(path, "r").read_buffer()
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        return serde.SegmentSource(read)
+
+    def _refs(self, batch_id: int) -> set[str] | None:
+        """The segment files snapshot ``batch_id`` refers to (none without a list: the list is
+        written, atomically, before a snapshot that refers to any); None if unreadable."""
+        try:
+            with self.fs.open_input_stream(f"{self.dir}/{batch_id}.refs") as f:
+                got = serde.unpackb(f.read())
+        except FileNotFoundError:
+            return set()
+        except (OSError, StateError):
+            return None
+        return set(got) if isinstance(got, list) else None
+
+    def save(self, batch_id: int, data: bytes | list, summary: tuple | None = None,
+             segments: serde.SegmentSink | None = None) -> None:
         """Write the snapshot of ``batch_id`` (bytes, or parts: ``serde.pack_large(join=False)``)
-        atomically and delete snapshots no replay needs; on a local work directory remember its
-        summary in this process (:data:`_WARM`; ``summary``: :func:`_summary` of it, computed
-        from ``data`` if not given)."""
+        atomically, after the segments it froze (``segments``, the sink it was packed with),
+        and delete snapshots and segment files no replay needs; on a local work directory
+        remember its summary in this process (:data:`_WARM`; ``summary``: :func:`_summary` of
+        it, computed from ``data`` if not given)."""
         self.fs.create_dir(self.dir, recursive=True)
         path = f"{self.dir}/{batch_id}.state"
         _WARM.pop(self.dir, None)
+        refs = sorted(segments.files) if segments is not None else []
+        if segments is not None and segments.parts:
+            atomic_write(f"{self.dir}/{segments.name}", segments.parts, fs=self.fs)
+        if refs:
+            # before the snapshot (no list: the snapshot refers to no segment file)
+            atomic_write(f"{self.dir}/{batch_id}.refs", serde.packb(refs), fs=self.fs)
+        elif self.local:
+            try:   # a replayed batch's earlier attempt may have left one
+                os.remove(f"{self.dir}/{batch_id}.refs")
+            except OSError:
+                pass
         atomic_write(path, data, fs=self.fs)
         if self.local:
             ident = _identity(path)
@@ -200,8 +249,40 @@ class StateStore:
         ids = self._ids()
         for old in ids[:-KEEP_SNAPSHOTS]:
             if old < batch_id:
+                for ext in ("state", "refs"):
+                    try:
+                        self.fs.delete_file(f"{self.dir}/{old}.{ext}")
+                    except OSError:
+                        pass
+        if refs or self._has_segment_files():
+            self._prune_segments(batch_id, ids[-KEEP_SNAPSHOTS:])
+
+    def _has_segment_files(self) -> bool:
+        """Whether segment files may be left to delete after a snapshot that refers to none
+        (on an object store not looked for: a listing per save; the next snapshot with
+        segments deletes them)."""
+        if not self.local:
+            return False
+        try:
+            return any(n.endswith(".seg") for n in os.listdir(self.dir))
+        except OSError:
+            return False
+
+    def _prune_segments(self, batch_id: int, kept: list[int]) -> None:
+        """Delete the segment files of batches before ``batch_id`` that no kept snapshot refers
+        to (none, when a kept snapshot's list cannot be read)."""
+        used: set[str] = set()
+        for i in kept:
+            got = self._refs(i)
+            if got is None:
+                return
+            used |= got
+        for fi in self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True)):
+            name = fi.base_name
+            if (name.endswith(".seg") and name[:-4].isdigit() and int(name[:-4]) < batch_id
+                    and name not in used):
                 try:
-                    self.fs.delete_file(f"{self.dir}/{old}.state")
+                    self.fs.delete_file(f"{self.dir}/{name}")
                 except OSError:
                     pass
 
@@ -377,7 +458,8 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         st = None if snap is None else serde.unpackb(snap)
         if snap is not None:
             if st["op"]:
-                d.op.restore(st["op"])
+                with serde.segments(source=store.segment_source()):
+                    d.op.restore(st["op"])
             d.restore_state(st)
     if snap is not None:
         last_step = st["last_step"]
@@ -513,13 +595,16 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             call(d.end, tag(s, PHASE_END))
 
     with span("state_save", node.name, "task"):
-        st = {"op": snapshot_state(d.op, node.name), **d.state(),
+        sink = store.segment_sink(batch_id)
+        with serde.segments(sink=sink):
+            op_state = snapshot_state(d.op, node.name)
+        st = {"op": op_state, **d.state(),
               "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
               "last_tag": last_tag,
               "stream_rows": base + (high.get("rows", 0) if high is not None else 0)}
         summary = _summary(st)
         st["op"] = serde.Blob(st["op"])   # a raw segment of the file: not copied twice
-        store.save(batch_id, serde.pack_large(st, join=False), summary=summary)
+        store.save(batch_id, serde.pack_large(st, join=False), summary=summary, segments=sink)
     if spec.workdir:
         from epic.spark.crash import crash_point
 

@@ -22,10 +22,11 @@ window length. Integer contributions make ``C(t) - C(s)`` exact however long the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import math
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -64,6 +65,15 @@ def prefix_eligible(spec, aggregates: Sequence[AggSpec]) -> bool:
 #: least this many wait (fewer: not worth the numpy calls)
 COLLAPSE_MIN = 256
 
+#: Entries per frozen segment of a snapshot: a key's entries are numbered from its first one
+#: (dropped ones included), and each full run of this many that can no longer change (before
+#: ``max(scanned, packed)``: every later element is past them) is stored once as
+#: :class:`epic.serde.Frozen` parts; later snapshots refer to it. A deploy's snapshot of a
+#: 20-minute window then writes the entries of the last micro-batch, not 20 minutes of them.
+#: ``EPIC_SEGMENT_ENTRIES`` sets another size for new state (the tests' deploys use 4); a
+#: restored state keeps the size its snapshot was written with.
+SEG_ENTRIES = int(os.environ.get("EPIC_SEGMENT_ENTRIES", "4096"))
+
 
 @dataclass
 class _PKey:
@@ -88,6 +98,13 @@ class _PKey:
     packed: int = 0
     #: entries before this index are known to need no folding (one element per cell)
     scanned: int = 0
+    #: entries dropped from the head so far (the number of the entry at ``head``)
+    gone: int = 0
+    #: the first frozen segment still referred to (entries ``seg0 * SEG_ENTRIES`` on)
+    seg0: int = 0
+    #: per frozen segment from ``seg0`` on: its stored parts (times, sums[, arrivals]) as
+    #: :class:`epic.serde.Frozen` references (no arrays)
+    segs: list = field(default_factory=list)
 
     # storage --------------------------------------------------------------------------
     def _reserve(self, m: int) -> None:
@@ -181,6 +198,7 @@ class _PKey:
             self.base_ent = max(self.base_ent, int(self.ent[self.head:self.head + j].max()))
         self.dropped = self.count_at(j)
         self.head += j
+        self.gone += j
         if self.head == self.n:
             self.head = self.n = self.packed = self.scanned = 0
         else:
@@ -231,6 +249,23 @@ class _PKey:
         self.packed = self.scanned = lo + k
 
 
+def _joined(parts: list, out: np.ndarray) -> np.ndarray:
+    """``parts`` concatenated into the start of ``out`` (returned whole: the rest is room)."""
+    n = sum(len(p) for p in parts)
+    np.concatenate(parts, out=out[:n])
+    return out
+
+
+def _segment_array(f) -> np.ndarray:
+    """A frozen part read back: its array (inline, or resolved by the deploy's segment source)."""
+    if isinstance(f, serde.Frozen):
+        if f.array is None:
+            raise StateError("the snapshot refers to frozen state segments, and none can be "
+                             "read here (restore it inside epic.serde.segments(source=...))")
+        return np.asarray(f.array, np.int64)
+    return np.asarray(f, np.int64)
+
+
 class PrefixWindowOperator(Clocked):
     """A FEW time window whose aggregates all have ``lift`` / ``lower`` (see the module doc).
 
@@ -263,6 +298,8 @@ class PrefixWindowOperator(Clocked):
                               and g.L % g.E == 0 and g.S % g.E == 0)
         self._widths: list[int] | None = None
         self._key_state: dict[Any, _PKey] = {}
+        #: entries per frozen segment of this operator's snapshots (a restore keeps its own)
+        self._seg_entries = SEG_ENTRIES
         self.clock = EventClock(self.lateness)
         self._held = None
         self._wm: int | None = None
@@ -550,48 +587,164 @@ class PrefixWindowOperator(Clocked):
         return [batch.slice(i, MAX_BATCH_ROWS) for i in range(0, batch.num_rows, MAX_BATCH_ROWS)]
 
     # -- snapshot --------------------------------------------------------------------------
+    def _segments(self, ks: _PKey) -> tuple[int, int, int, list]:
+        """Bring ``ks.segs`` up to date for a snapshot: references of segments now wholly
+        dropped go, and each full segment that can no longer change and has no reference yet
+        becomes new :class:`~epic.serde.Frozen` parts (views of the arrays: ``t`` times, ``c``
+        sums, ``e`` arrivals, ``n`` counts when every entry is a folded cell). Returns the
+        indexes of the first frozen entry, of the first after the frozen segments and of the
+        first whose explicit count no segment holds (``head`` each without segments), and the
+        new parts."""
+        S = self._seg_entries
+        while ks.segs and (ks.seg0 + 1) * S <= ks.gone:
+            ks.segs.pop(0)
+            ks.seg0 += 1
+        if not ks.segs:
+            ks.seg0 = -(-ks.gone // S)
+        nxt = ks.seg0 + len(ks.segs)
+        final = ks.gone + max(ks.scanned, ks.packed, ks.head) - ks.head
+        packed = ks.gone + max(ks.packed, ks.head) - ks.head
+        new = []
+        while (nxt + 1) * S <= final:
+            a = ks.head + nxt * S - ks.gone
+            part = {"t": serde.Frozen(ks.times[a:a + S]), "c": serde.Frozen(ks.cum[a:a + S])}
+            if ks.with_ent:
+                part["e"] = serde.Frozen(ks.ent[a:a + S])
+            if (nxt + 1) * S <= packed:   # explicit counts (folded cells) all final
+                part["n"] = serde.Frozen(ks.cnt[a:a + S])
+            new.append(part)
+            nxt += 1
+        if not (ks.segs or new):
+            return ks.head, ks.head, ks.head, new
+        # entries before the first segment (it started after the head: a key's first entries
+        # were dropped in the middle of a segment before any was frozen) stay inline
+        pre = ks.head + max(0, ks.seg0 * S - ks.gone)
+        # the explicit counts from the first entry no frozen segment holds the count of
+        counted = ks.head
+        if pre == ks.head:
+            i = 0
+            for part in ks.segs + new:
+                if "n" not in part:
+                    break
+                i += 1
+            counted = max(ks.head, ks.head + (ks.seg0 + i) * S - ks.gone)
+        return pre, ks.head + nxt * S - ks.gone, counted, new
+
     def snapshot(self) -> bytes:
         keys = []
+        fresh = []
         for kv, ks in self._key_state.items():
+            pre, tail, counted, new = self._segments(ks)
+            fresh.append((ks, new))
+            h = ks.head
             keys.append({
                 "key": list(kv) if isinstance(kv, tuple) else kv, "origin": ks.origin,
                 # views: pack_state copies them (once, as raw segments when large)
-                "done": ks.done, "first": ks.first, "times": ks.times[ks.head:ks.n],
-                "sums": ks.cum[ks.head:ks.n],
-                "counts": ks.cnt[ks.head:max(ks.head, ks.packed)],
-                "entries": ks.ent[ks.head:ks.n] if ks.with_ent else None,
+                "done": ks.done, "first": ks.first, "times": ks.times[tail:ks.n],
+                "sums": ks.cum[tail:ks.n],
+                "counts": ks.cnt[counted:max(counted, ks.packed)],
+                "counted": counted - h,
+                "entries": ks.ent[tail:ks.n] if ks.with_ent else None,
+                "segs": ks.segs + new, "seg0": ks.seg0, "gone": ks.gone,
+                "pre": ([ks.times[h:pre], ks.cum[h:pre], ks.ent[h:pre] if ks.with_ent else None]
+                        if pre > h else None),
+                "scanned": max(0, ks.scanned - ks.head),
                 "base": ks.base, "base_entry": ks.base_ent, "dropped": ks.dropped,
                 "order": ks.key_order})
-        return serde.pack_state("epic.window.prefix/4", {
+        data = serde.pack_state("epic.window.prefix/5", {
             "clock": self.clock.to_state(), "wm": self._wm, "widths": self._widths,
-            "keys": keys, "rows": self._stream_rows})
+            "keys": keys, "rows": self._stream_rows, "seg_entries": self._seg_entries})
+        for ks, new in fresh:
+            # stored by a deploy's segment sink: later snapshots refer to them; packed inline
+            # (no sink): nothing refers to them, the next snapshot freezes them again
+            if new and all(f.ref is not None for part in new for f in part.values()):
+                ks.segs.extend([{c: serde.Frozen(None, f.ref) for c, f in part.items()}
+                                for part in new])
+        return data
 
     def restore(self, data: bytes) -> None:
-        try:
-            st = serde.unpack_state(data, "epic.window.prefix/4")
-        except StateError as exc:
-            # an older epic's snapshot: the same, one entry per element (no counts stored)
+        st = None
+        for fmt in ("epic.window.prefix/5", "epic.window.prefix/4", "epic.window.prefix/3"):
+            # /4: no frozen segments; /3: one entry per element (no counts stored)
             try:
-                st = serde.unpack_state(data, "epic.window.prefix/3")
-            except StateError:
-                raise exc from None
+                st = serde.unpack_state(data, fmt)
+                break
+            except StateError as exc:
+                if fmt.endswith("/5"):
+                    first = exc
+        if st is None:
+            raise first
+        seg_entries = int(st.get("seg_entries", self._seg_entries))
+        if seg_entries < 1:
+            raise StateError(f"corrupt prefix window state: {seg_entries} entries per segment")
+        self._seg_entries = seg_entries
         self.clock = EventClock.from_state(st["clock"])
         self._wm = st["wm"]
         self._widths = st["widths"]
         self._stream_rows = int(st.get("rows", 0))
         self._key_state = {}
+        width = sum(self._widths) if self._widths else 0
         for k in st["keys"]:
             key_value = tuple(k["key"]) if len(self.keys) > 1 else k["key"]
             times = np.asarray(k["times"], np.int64)
-            width = sum(self._widths)
+            cum = np.asarray(k["sums"], np.int64).reshape(len(times), width)
             ent = k["entries"]
+            ent = np.asarray(ent, np.int64) if ent is not None else np.empty(0, np.int64)
+            segs = k.get("segs") or []
+            gone = int(k.get("gone", 0))
+            seg0 = int(k.get("seg0", 0))
+            head = 0
+            refs = []
+            frozen_counts = []
+            if segs:
+                # the frozen segments, then the tail; the entries of the first segment that
+                # were dropped before the snapshot stay before head
+                try:
+                    parts = [{c: _segment_array(f) for c, f in part.items()} for part in segs]
+                    pre = k.get("pre")
+                    if pre is not None:
+                        parts.insert(0, {"t": pre[0], "c": pre[1], "e": pre[2]})
+                    head = max(0, gone - seg0 * seg_entries)
+                    parts.append({"t": times, "c": cum, "e": ent})
+                    at = 0
+                    for part in parts:   # the counts frozen with their segments
+                        m = len(part["t"])
+                        if "n" in part:
+                            frozen_counts.append((at, part["n"]))
+                        at += m
+                    n = at
+                    # room for the next batch's entries: appending to arrays of the exact
+                    # size would copy the whole state again (and hold it twice) at the first
+                    # append
+                    cap = n + n // 4 + 1024
+                    times = _joined([p["t"] for p in parts], np.empty(cap, np.int64))
+                    cum = _joined([np.asarray(p["c"], np.int64).reshape(-1, width)
+                                   for p in parts], np.empty((cap, width), np.int64))
+                    if self.has_entry:
+                        ent = _joined([p["e"] for p in parts], np.empty(cap, np.int64))
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                    raise StateError(f"corrupt prefix window state: frozen segments "
+                                     f"({type(exc).__name__}: {exc})") from None
+                if not 0 <= head <= n:
+                    raise StateError("corrupt prefix window state: frozen segments do not "
+                                     "cover the live entries")
+                if all(isinstance(f, serde.Frozen) for part in segs for f in part.values()):
+                    refs = [{c: serde.Frozen(None, f.ref) for c, f in part.items()}
+                            for part in segs]
+            else:
+                n = len(times)
+            counts = np.asarray(k.get("counts", []), np.int64)
+            counted = head + int(k.get("counted", 0))
+            cnt = np.empty(max(len(times), counted + len(counts)), np.int64)
+            for at, c in frozen_counts:
+                if at + len(c) <= counted:
+                    cnt[at:at + len(c)] = c
+            cnt[counted:counted + len(counts)] = counts
             # unpacked arrays are fresh and writable: no copies
             self._key_state[key_value] = _PKey(
-                origin=k["origin"], done=k["done"], times=times,
-                cum=np.asarray(k["sums"], np.int64).reshape(len(times), width),
-                cnt=_grown(np.asarray(k.get("counts", []), np.int64), len(times)),
-                packed=len(k.get("counts", [])),
-                ent=np.asarray(ent, np.int64) if ent is not None else np.empty(0, np.int64),
-                head=0, n=len(times), base=np.asarray(k["base"], np.int64).copy(),
+                origin=k["origin"], done=k["done"], times=times, cum=cum, cnt=cnt,
+                packed=counted + len(counts), scanned=head + int(k.get("scanned", 0)),
+                ent=ent, head=head, n=n, base=np.asarray(k["base"], np.int64).copy(),
                 base_ent=int(k["base_entry"]), dropped=int(k["dropped"]),
-                key_order=int(k["order"]), with_ent=self.has_entry, first=int(k["first"]))
+                key_order=int(k["order"]), with_ent=self.has_entry, first=int(k["first"]),
+                gone=gone, seg0=seg0 if refs else 0, segs=refs)
