@@ -239,11 +239,19 @@ class ParquetSink(Sink):
             os.path.dirname(os.path.abspath(self.path)),
             f".{os.path.basename(self.path)}.{uuid.uuid4().hex}.tmp")
 
+        files = []   # the temp file's handle: closed on a failure too (no descriptor held
+        #              on a deleted file until the writer is garbage-collected)
+
         def guarded(fn):
             def call(*args):
                 try:
                     return fn(*args)
                 except OSError as exc:
+                    for f in files:
+                        try:
+                            f.close()
+                        except OSError:
+                            pass
                     try:
                         os.remove(tmp)
                     except OSError:
@@ -252,12 +260,17 @@ class ParquetSink(Sink):
                                       " and rerun") from None
             return call
 
-        w = guarded(lambda path: pq.ParquetWriter(path, out, **self.writer_options(out)))(tmp)
+        def open_writer(path):
+            files.append(pa.OSFile(path, "wb"))
+            return pq.ParquetWriter(files[0], out, **self.writer_options(out))
+
+        w = guarded(open_writer)(tmp)
         group = ParquetGroups(w, out)
 
         def close(wm):
             group.close()
             w.close()
+            files[0].close()
             if target == self.path:
                 os.replace(tmp, self.path)
             else:

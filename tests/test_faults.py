@@ -229,6 +229,7 @@ def test_p06_full_disk_under_a_parquet_sink_names_the_path_and_leaves_no_file(tm
 
     out = tmp_path / "fullpq"
     mounted = _small_fs(out, "64k")
+    patch = None
     try:
         if not mounted:
             import pyarrow.parquet as pq
@@ -254,10 +255,15 @@ def test_p06_full_disk_under_a_parquet_sink_names_the_path_and_leaves_no_file(tm
         msg = str(err.value)
         assert str(out / "o.parquet") in msg and "No space left on device" in msg
         assert not (out / "o.parquet").exists()
+        if mounted:
+            # nothing of the failed file is held open: the file system unmounts
+            done = subprocess.run(["umount", str(out)], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            mounted = False
     finally:
         if mounted:
-            subprocess.run(["umount", str(out)], check=False)
-        else:
+            subprocess.run(["umount", "-l", str(out)], check=False)
+        elif patch is not None:
             patch.stop()
 
 
