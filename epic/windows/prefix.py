@@ -44,15 +44,6 @@ from .spec import FewTimeWindow, ceil_div, check_columns, key_tuple, window_outp
 __all__ = ["PrefixWindowOperator", "prefix_eligible"]
 
 
-def _grown(a: np.ndarray, n: int) -> np.ndarray:
-    """``a`` in an array of at least ``n`` entries (the rest uninitialised)."""
-    if len(a) >= n:
-        return a
-    out = np.empty(n, a.dtype)
-    out[:len(a)] = a
-    return out
-
-
 def prefix_eligible(spec, aggregates: Sequence[AggSpec]) -> bool:
     """True when ``spec`` is a time window and every aggregate has ``lift`` and ``lower``
     (and panes were not asked for explicitly)."""
@@ -663,17 +654,12 @@ class PrefixWindowOperator(Clocked):
         return data
 
     def restore(self, data: bytes) -> None:
-        st = None
-        for fmt in ("epic.window.prefix/5", "epic.window.prefix/4", "epic.window.prefix/3"):
-            # /4: no frozen segments; /3: one entry per element (no counts stored)
-            try:
-                st = serde.unpack_state(data, fmt)
-                break
-            except StateError as exc:
-                if fmt.endswith("/5"):
-                    first = exc
-        if st is None:
-            raise first
+        # /4: no frozen segments; /3: one entry per element (no counts stored)
+        formats = ("epic.window.prefix/5", "epic.window.prefix/4", "epic.window.prefix/3")
+        st = serde.unpackb(data)   # once: a snapshot's arrays are decompressed here
+        if not isinstance(st, dict) or st.get("format") not in formats:
+            serde.unpack_state(data, formats[0])   # raises the error naming both formats
+        del st["format"]
         seg_entries = int(st.get("seg_entries", self._seg_entries))
         if seg_entries < 1:
             raise StateError(f"corrupt prefix window state: {seg_entries} entries per segment")
