@@ -82,6 +82,20 @@ def drive(make, rows, cuts, entry, marks, restore_at=()):
     return pa.Table.from_batches(out, schema=op.output_schema).to_pylist(), op
 
 
+def _keyed_rows(draw, times, latenesses, max_keys):
+    """A lateness drawn from ``latenesses``, the times jittered within it (out-of-order rows the
+    window must accept), and a key (of up to ``max_keys``) and a value per row."""
+    n = len(times)
+    lateness = draw(st.sampled_from(latenesses))
+    if lateness:
+        jit = draw(st.lists(st.integers(0, lateness), min_size=n, max_size=n))
+        times = [t - j for t, j in zip(times, jit)]
+    nkeys = draw(st.integers(1, max_keys))
+    keys = draw(st.lists(st.integers(0, nkeys - 1), min_size=n, max_size=n))
+    values = draw(st.lists(st.integers(-20, 20), min_size=n, max_size=n))
+    return lateness, times, keys, values
+
+
 @st.composite
 def cases(draw):
     n = draw(st.integers(1, 150))
@@ -89,13 +103,7 @@ def cases(draw):
                           max_size=n))
     start = draw(st.integers(-50, 10**6))
     times = np.cumsum([start, *steps[1:]]).tolist()
-    lateness = draw(st.sampled_from([0, 0, 3, 20]))
-    if lateness:  # jitter within the lateness bound: out-of-order rows the window must accept
-        jit = draw(st.lists(st.integers(0, lateness), min_size=n, max_size=n))
-        times = [t - j for t, j in zip(times, jit)]
-    nkeys = draw(st.integers(1, 4))
-    keys = draw(st.lists(st.integers(0, nkeys - 1), min_size=n, max_size=n))
-    values = draw(st.lists(st.integers(-20, 20), min_size=n, max_size=n))
+    lateness, times, keys, values = _keyed_rows(draw, times, [0, 0, 3, 20], 4)
     cuts = draw(st.lists(st.integers(0, n), max_size=8))
     if draw(st.integers(0, 5)) == 0:
         L = S = None
@@ -173,13 +181,7 @@ def sliding_cases(draw):
     n = draw(st.integers(20, 600))
     steps = draw(st.lists(st.sampled_from([0, 1, 1, 2, 3, 9]), min_size=n, max_size=n))
     times = np.cumsum(steps).tolist()
-    lateness = draw(st.sampled_from([0, 0, 2, 5]))
-    if lateness:
-        jit = draw(st.lists(st.integers(0, lateness), min_size=n, max_size=n))
-        times = [t - j for t, j in zip(times, jit)]
-    nkeys = draw(st.integers(1, 3))
-    keys = draw(st.lists(st.integers(0, nkeys - 1), min_size=n, max_size=n))
-    values = draw(st.lists(st.integers(-20, 20), min_size=n, max_size=n))
+    lateness, times, keys, values = _keyed_rows(draw, times, [0, 0, 2, 5], 3)
     cuts = draw(st.lists(st.integers(0, n), max_size=40))
     L = draw(st.integers(1, 150))
     S = draw(st.integers(1, L))
