@@ -57,6 +57,7 @@ def test_the_archive_is_per_jvm_flags_not_per_property(cache):
     assert cds.archive_key({**BASE, "spark.jars": "x.jar"}) != cds.archive_key(BASE)
 
 
+@pytest.mark.slow   # ~20 s: a deploy in a JVM of its own
 def test_a_deploy_runs_with_a_corrupt_archive(tmp_path):
     """An archive that is not one (a truncated or foreign file) must not stop a deploy: the JVM
     starts without it (its CDS log is off) and the output is whole."""

@@ -140,8 +140,9 @@ def increments_50hz(short_game):
     return _run(op, short_game.table.to_batches(BATCH_ROWS))
 
 
-@pytest.mark.parametrize("length_s, first_half_only", [(60, False), (300, False), (1200, True),
-                                                       (None, True)],
+@pytest.mark.parametrize("length_s, first_half_only", [
+    (60, False), pytest.param(300, False, marks=pytest.mark.slow),   # ~20 s; 1M slides the same way
+    (1200, True), (None, True)],
                          ids=["1M", "5M", "20M-1st-half", "landmark-1st-half"])
 def test_q1b_50hz_equals_offline(short_game, offline_q1, increments_50hz, length_s,
                                  first_half_only):

@@ -342,7 +342,9 @@ def _topology_file(d, name: str, text: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("split", [pytest.param("no", marks=pytest.mark.slow), "yes"])
+@pytest.mark.slow   # three deploys (~57 s); the default tier kills a fused deploy in
+#                    test_deploy_faults.py::test_sigkill_inside_a_fused_csv_sink_commit
+@pytest.mark.parametrize("split", ["no", "yes"])
 def test_global_chain_equals_run_also_after_kills(tmp_path, split):
     """Three global stateful nodes (two processes, a count window) and a CSV sink as one query:
     the second and third read the first's output in the same task, and their watermarks from
@@ -566,10 +568,9 @@ SIBLINGS = _readings("siblings", 11, 5) + textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow   # ~42 s each: a killed deploy and its rerun, two JVMs
 @pytest.mark.parametrize("mode,partitions", [
-    ("split", "1"), pytest.param("split", "2", marks=pytest.mark.slow),
-    pytest.param("sourceFirst", "1", marks=pytest.mark.slow),
-    pytest.param("sourceFirst", "2", marks=pytest.mark.slow)])
+    ("split", "1"), ("split", "2"), ("sourceFirst", "1"), ("sourceFirst", "2")])
 def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, mode, partitions):
     """Four keyed windows over one stream (siblings: one query) run a task per branch and key
     partition: every micro-batch with ``--conf spark.epic.sourceFirst=true``; with
@@ -646,8 +647,8 @@ DOWNSTREAM = _readings("downstream", 5, 7) + textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("crash", ["node-state:4", pytest.param("node-state:9",
-                                                                 marks=pytest.mark.slow)])
+@pytest.mark.slow   # ~42 s each: a killed deploy and its rerun, two JVMs
+@pytest.mark.parametrize("crash", ["node-state:4", "node-state:9"])
 def test_consumers_of_a_partitioned_window_equal_run_after_kills(tmp_path, crash):
     """A keyed window over 2 partitions feeding global windows (one through a map, which then
     runs in the consumer's query): the consumers read the partitions' rows merged into epic
@@ -688,12 +689,10 @@ ORDERED = _readings("ordered", 3, 6) + textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow   # ~45 s each: a killed deploy and its rerun, two JVMs
 @pytest.mark.parametrize("fuse,crash,partitions", [
-    (True, "sink-commit:3", "2"),
-    pytest.param(True, "parquet-commit:3", "2", marks=pytest.mark.slow),
-    pytest.param(True, "parquet-final:1", "2", marks=pytest.mark.slow),
-    pytest.param(False, "sink-commit:5", "2", marks=pytest.mark.slow),
-    pytest.param(True, "node-state:7", "3", marks=pytest.mark.slow)])
+    (True, "sink-commit:3", "2"), (True, "parquet-commit:3", "2"), (True, "parquet-final:1", "2"),
+    (False, "sink-commit:5", "2"), (True, "node-state:7", "3")])
 def test_files_of_a_partitioned_window_are_in_run_order_also_after_kills(tmp_path, fuse, crash,
                                                                          partitions):
     """Keyed windows over 2 or 3 partitions written straight to a CSV, a Parquet file and a
