@@ -717,20 +717,43 @@ class Variance(Aggregate):
         return [n, shift, s1 - float(d.sum()), s2 - dd, mag - dd - float(np.abs(d).sum()), peak]
 
     def needs_rebuild(self, state):
-        return _needs_rebuild(state[4], state[5])
+        """After removals: the magnitude test of the float sums, or the live values' mean far
+        from the shift (the first value added, which may have left: a large one leaves sums of
+        squares whose difference cancels) -- the squared offset of the mean above
+        :data:`CENTRE_RATIO` times the variance."""
+        n, _shift, s1, s2, mag, peak = state
+        if _needs_rebuild(mag, peak):
+            return True
+        if n == 1:
+            return s1 != 0.0 or s2 != 0.0     # one element left: its variance is exactly 0
+        if n < 2 or s1 == 0.0:
+            return False
+        offset2 = s1 * s1 / n                       # n * (mean - shift)^2
+        return offset2 > self.CENTRE_RATIO * _builtin_max(s2 - offset2, 0.0)
+
+    #: see :meth:`needs_rebuild`: the variance's relative rounding error is about
+    #: eps * (1 + offset^2 / variance), so at most ~1e3 eps before a rebuild
+    CENTRE_RATIO = 1024.0
 
     def merge(self, older, newer):
+        """Chan et al.'s pairwise combination of (count, mean, squared deviations), re-centred
+        on the merged mean (re-expressing one state's sums around the other's shift would cancel
+        when the shifts are far apart)."""
         if older[0] == 0:
             return list(newer)
         if newer[0] == 0:
             return list(older)
-        n1, c1, a1, b1, m1, p1 = older
-        n2, c2, a2, b2, m2, p2 = newer
-        delta = c2 - c1  # re-express newer's sums around older's shift
-        a = a2 + n2 * delta
-        b = b2 + 2 * delta * a2 + n2 * delta * delta
-        mag = m1 + abs(b) + abs(a)
-        return [n1 + n2, c1, a1 + a, b1 + b, mag, _builtin_max(p1, p2, mag)]
+        n1, c1, a1, b1, _m1, p1 = older
+        n2, c2, a2, b2, _m2, p2 = newer
+        n = n1 + n2
+        o1, o2 = a1 / n1, a2 / n2                  # each mean's offset from its own shift
+        dev1 = _builtin_max(b1 - a1 * o1, 0.0)
+        dev2 = _builtin_max(b2 - a2 * o2, 0.0)
+        delta = (c2 - c1) + (o2 - o1)              # the difference of the two means
+        dev = dev1 + dev2 + delta * delta * (n1 * n2 / n)
+        mean = c1 + o1 + delta * (n2 / n)
+        mag = dev + math.sqrt(dev * n)             # sum of d^2 and a bound of sum of |d|
+        return [n, mean, 0.0, dev, mag, _builtin_max(p1, p2, mag)]
 
     def result(self, state):
         n, _shift, s1, s2 = state[:4]

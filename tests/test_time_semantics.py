@@ -381,6 +381,53 @@ def test_sliding_float_sums_stay_within_a_few_ulps(steps):
         assert abs(r["sum_x"] - exact) <= 8 * np.finfo(float).eps * max(mag, 1e-300), (r, live)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.one_of(
+    st.floats(-1e12, 1e12, allow_nan=False), st.floats(-10, 10, allow_nan=False))),
+    min_size=1, max_size=40),
+    st.sampled_from([(4, 1, 1), (3, 1, 1), (4, 2, 1), (6, 3, 3)]), st.sampled_from([0, 1]))
+def test_sliding_variance_after_large_values_left_is_the_small_values_variance(steps, params,
+                                                                                ddof):
+    """docs/windows.md, "Rounding after removals": once the large values (up to 1e12) have left
+    a sliding window, its variance is that of the small ones still in it (within 1e-9), also
+    when the first value the state was centred on was a large one that left."""
+    from fractions import Fraction
+
+    rows, t = [], 0
+    for dt, x in steps:
+        t += dt
+        rows.append((t, x))
+    op = WindowOperator(few_time(*params), [A.variance("x", ddof=ddof)], FSCHEMA, "ts", "s")
+    for r in _float_rows(op, rows):
+        live = [x for ts, x in rows if r["window_start"] <= ts < r["window_end"]]
+        if len(live) <= ddof:
+            assert r["variance_x"] is None, (r, live)
+            continue
+        if max(abs(x) for x in live) > 10:
+            continue
+        mean = sum(Fraction(x) for x in live) / len(live)
+        exact = float(sum((Fraction(x) - mean) ** 2 for x in live) / (len(live) - ddof))
+        assert abs(r["variance_x"] - exact) <= 1e-9, (r, live, exact)
+
+
+def test_variance_merge_of_states_centred_far_apart():
+    """Merging two variance states whose first values are 1e12 apart gives the variance of all
+    their values (the merge re-centres on the merged mean)."""
+    import statistics
+
+    agg = A.variance("x").aggregate
+    xs, ys = [1e12, 1e12 + 1, 1e12 + 3], [0.25, 0.5]
+    state = agg.merge(agg.add_batch(agg.init(), np.array(xs)),
+                      agg.add_batch(agg.init(), np.array(ys)))
+    assert agg.result(state) == pytest.approx(statistics.pvariance(xs + ys), rel=1e-12)
+    small = agg.merge(agg.add_batch(agg.init(), np.array([1e12])),
+                      agg.add_batch(agg.init(), np.array(ys)))
+    small = agg.remove_batch(small, np.array([1e12]))
+    if agg.needs_rebuild(small):
+        small = agg.add_batch(agg.init(), np.array(ys))
+    assert agg.result(small) == pytest.approx(statistics.pvariance(ys), rel=1e-9)
+
+
 def _merged(outs: list[list[dict]], time: str) -> list[dict]:
     """Rows of several partitions' calls merged by (time, rank): what the deploy's consumers do
     with the parts of a batch (``direct.merge_parts``), stable in partition order."""
