@@ -641,7 +641,10 @@ class _Extreme(Aggregate):
         values = _finite(values)
         if not len(values):
             return state
-        v = self._reduce(values)
+        if values.dtype.kind in "OUS":   # strings (numpy has no min/max loop for them)
+            v = self._pick(*values.tolist()) if len(values) > 1 else values[0]
+        else:
+            v = self._reduce(values)
         v = v.item() if hasattr(v, "item") else v
         return v if state is None else self._pick(state, v)
 
@@ -790,7 +793,9 @@ class First(Aggregate):
         return [True, v.item() if hasattr(v, "item") else v]
 
     def result(self, state):
-        return state[1]
+        v = state[1]
+        # a float column's null is read as NaN: null again
+        return None if isinstance(v, float) and v != v else v
 
     def output_type(self, input_types):
         return input_types[0] if input_types else pa.int64()
@@ -815,7 +820,8 @@ class Last(First):
 
 
 class Histogram(Aggregate):
-    """Counts per distinct value: ``{value: count}``, invertible; the result is an Arrow map."""
+    """Counts per distinct value: ``{value: count}``, invertible; the result is an Arrow map.
+    Nulls (and NaN) are not counted."""
 
     name = "histogram"
 
@@ -823,10 +829,14 @@ class Histogram(Aggregate):
         return {}
 
     def add(self, state, e):
+        if e is None or e != e:   # nulls (a float column's read as NaN) are not values
+            return state
         state[e] = state.get(e, 0) + 1
         return state
 
     def remove(self, state, e):
+        if e is None or e != e:
+            return state
         c = state[e] - 1
         if c:
             state[e] = c
@@ -841,6 +851,8 @@ class Histogram(Aggregate):
         return out
 
     def add_batch(self, state, values):
+        if isinstance(values, np.ndarray):
+            values = _finite(values)
         if isinstance(values, np.ndarray) and values.dtype.kind in "iub" and len(values) > 8:
             uniq, counts = np.unique(values, return_counts=True)
             get = state.get
@@ -850,6 +862,8 @@ class Histogram(Aggregate):
         return super().add_batch(state, values)
 
     def remove_batch(self, state, values):
+        if isinstance(values, np.ndarray):
+            values = _finite(values)
         if isinstance(values, np.ndarray) and values.dtype.kind in "iub" and len(values) > 8:
             uniq, counts = np.unique(values, return_counts=True)
             for k, c in zip(uniq.tolist(), counts.tolist()):
@@ -869,7 +883,7 @@ class Histogram(Aggregate):
 
 
 class CountDistinct(Histogram):
-    """Number of distinct values, invertible (keeps a histogram as state)."""
+    """Number of distinct non-null values, invertible (keeps a histogram as state)."""
 
     name = "count_distinct"
     result_type = pa.int64()
@@ -882,7 +896,7 @@ class CountDistinct(Histogram):
 
 
 class Collect(Aggregate):
-    """All elements of the window in order, as a list. State ``[items, head]``.
+    """All elements of the window in order, as a list (nulls kept). State ``[items, head]``.
 
     Removal advances ``head`` and compacts the list when half of it is dead, so each element costs
     amortised O(1).
@@ -922,7 +936,8 @@ class Collect(Aggregate):
         return [items, head]
 
     def result(self, state):
-        return state[0][state[1]:]
+        # a float column's nulls are read as NaN: null again in the list
+        return [None if isinstance(v, float) and v != v else v for v in state[0][state[1]:]]
 
     def output_type(self, input_types):
         return pa.list_(input_types[0] if input_types else pa.int64())
