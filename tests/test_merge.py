@@ -62,7 +62,7 @@ def test_late_policy_drop_and_error():
     assert m.on_batch(batch([5], "a"), input=0) == [] and m.late_rows == 1
     e = MergeOperator(1, SCH, "ts", late="error")
     e.on_watermark(10, input=0)
-    with pytest.raises(EpicError, match="older than 10.*idle_after"):
+    with pytest.raises(EpicError, match="older than its frontier 10.*idle_after"):
         e.on_batch(batch([5], "a"), input=0)
 
 

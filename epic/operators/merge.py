@@ -87,9 +87,9 @@ class MergeOperator:
                 self.late_rows += int(late.sum())
                 if self.late == "error":
                     raise EpicError(
-                        f"merge: input {input} sent {int(late.sum())} row(s) older than "
-                        f"{self._frontier}, which was already emitted; raise idle_after, or use "
-                        "late='emit' / 'drop'")
+                        f"merge: input {input} sent {int(late.sum())} row(s) older than its "
+                        f"frontier {self._frontier} (the merged stream was already emitted up "
+                        "to there); raise idle_after, or use late='emit' / 'drop'")
                 if self.late == "emit":
                     out.append(batch.filter(pa.array(late)))
                 batch = batch.filter(pa.array(~late))
