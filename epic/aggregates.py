@@ -642,7 +642,7 @@ class _Extreme(Aggregate):
         if not len(values):
             return state
         if values.dtype.kind in "OUS":   # strings (numpy has no min/max loop for them)
-            v = self._pick(*values.tolist()) if len(values) > 1 else values[0]
+            v = self._pick(values.tolist())
         else:
             v = self._reduce(values)
         v = v.item() if hasattr(v, "item") else v
@@ -908,7 +908,8 @@ class Collect(Aggregate):
         return [[], 0]
 
     def add(self, state, e):
-        state[0].append(e)
+        # a float column's nulls are read as NaN: kept as null
+        state[0].append(None if isinstance(e, float) and e != e else e)
         return state
 
     def remove(self, state, e):
@@ -923,7 +924,10 @@ class Collect(Aggregate):
         return [older[0][older[1]:] + newer[0][newer[1]:], 0]
 
     def add_batch(self, state, values):
-        state[0].extend(_iter_elements(values))
+        if isinstance(values, np.ndarray) and values.dtype.kind == "f" and np.isnan(values).any():
+            state[0].extend(None if v != v else v for v in values.tolist())
+        else:
+            state[0].extend(_iter_elements(values))
         return state
 
     def remove_batch(self, state, values):
@@ -936,8 +940,7 @@ class Collect(Aggregate):
         return [items, head]
 
     def result(self, state):
-        # a float column's nulls are read as NaN: null again in the list
-        return [None if isinstance(v, float) and v != v else v for v in state[0][state[1]:]]
+        return state[0][state[1]:]
 
     def output_type(self, input_types):
         return pa.list_(input_types[0] if input_types else pa.int64())
