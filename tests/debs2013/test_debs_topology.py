@@ -199,3 +199,24 @@ def test_q3_report_rows_come_in_bounded_chunks():
     parts = q3_all_grids_chunked(batch, cfg, max_rows=200)
     assert len(parts) > 3 and all(p.num_rows <= 200 for p in parts)
     assert pa.Table.from_batches(parts).to_pylist() == pa.Table.from_batches([whole]).to_pylist()
+
+
+def test_a_gzipped_game_gives_the_files_of_the_plain_one(run, game, tmp_path):
+    """docs/debs2013.md: ``input`` takes a ``.gz`` game too: its time span is found (markers
+    outside it are dropped, ``trim_markers``) as for the plain file, so Q1 and Q4 (the queries
+    that read the markers) write the same bytes from both."""
+    import gzip
+
+    from debs2013.dataflow import data_span
+
+    gz = tmp_path / "game.csv.gz"
+    with open(game[0], "rb") as src, gzip.open(gz, "wb", compresslevel=1) as dst:
+        dst.write(src.read())
+    assert data_span(gz) == data_span(game[0]) is not None
+    out, _ = run
+    t = build_topology(DebsOptions(input=str(gz), out=str(tmp_path / "o"), queries=("q1", "q4")))
+    epic.run(t)
+    names = [n for n in OUTPUT_FILES if n.startswith(("q1", "q4"))]
+    assert len(names) == 6
+    for name in names:
+        assert (tmp_path / "o" / name).read_bytes() == (out / name).read_bytes(), name
