@@ -37,6 +37,12 @@ def generate(
             last[0] = now
             typer.echo(f"  {rows:>12,} rows  {rows / (now - started):>10,.0f} rows/s", err=True)
 
-    res = generate_game(out, minutes=minutes, seed=seed, config=cfg, progress=progress)
+    from epic.errors import EpicError
+
+    try:
+        res = generate_game(out, minutes=minutes, seed=seed, config=cfg, progress=progress)
+    except (EpicError, OSError) as exc:
+        typer.echo(f"epic debs generate: {exc}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"wrote {res.rows:,} rows to {res.game_path} in {res.seconds:.1f} s "
                f"({res.rows / res.seconds:,.0f} rows/s); truth: {res.truth_path}")

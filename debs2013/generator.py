@@ -1870,6 +1870,26 @@ def _half_ranges(cfg: GeneratorConfig) -> list[tuple[int, int, int]]:
             (2, SECOND_HALF_START, min(SECOND_HALF_START + span, SECOND_HALF_END))]
 
 
+def _check_arguments(out_path, minutes, seed, referee_dir) -> None:
+    """Refuse, before any file is made, what cannot give a game (a SpecError naming the fix)."""
+    from epic.errors import SpecError
+
+    if minutes is not None and not (isinstance(minutes, (int, float)) and math.isfinite(minutes)
+                                    and minutes > 0):
+        raise SpecError(f"minutes={minutes!r}: give a positive number of minutes per half "
+                        "(e.g. 2.5), or none for the full game")
+    if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise SpecError(f"seed={seed!r}: give a whole number from 0 to 2**32 - 1")
+    ref = Path(referee_dir)
+    if not ref.is_dir():
+        raise SpecError(f"referee events {str(ref)!r} is not a directory: give the real "
+                        "referee-events directory (the one with the 1st/2nd half "
+                        "interruption files)")
+    if Path(out_path).is_dir():
+        raise SpecError(f"the output {str(out_path)!r} is a directory: give the game file's path "
+                        "(e.g. data/game.csv)")
+
+
 def generate_game(out_path: str | Path, minutes: float | None = None, seed: int = 0,
                   config: GeneratorConfig | None = None, progress=None) -> GenerationResult:
     """Write a synthetic game CSV and its ground truth.
@@ -1895,6 +1915,7 @@ def generate_game(out_path: str | Path, minutes: float | None = None, seed: int 
     """
     started = time.perf_counter()
     base = config or GeneratorConfig()
+    _check_arguments(out_path, minutes, seed, base.referee_dir)
     cfg = GeneratorConfig(**{**asdict(base), "minutes": minutes, "seed": seed})
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
