@@ -289,7 +289,8 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
     """Parse the DEBS ``metadata.txt`` (by default the shared copy).
 
     Raises:
-        InputError: a line that is none of the known forms, naming its line number.
+        InputError: a line that is none of the known forms, a person listed twice or a sensor id
+            given to two persons, naming its line number.
     """
     path = Path(path) if path is not None else shared_dir() / "metadata.txt"
     text = path.read_bytes().decode("utf-8-sig", errors="replace")
@@ -298,6 +299,8 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
     in_balls = False
     players: list[Person] = []
     referee: Person | None = None
+    names: dict[str, int] = {}                    # person -> line
+    owners: dict[int, tuple[str, int]] = {}       # sensor id -> (person, line)
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line:
@@ -325,6 +328,16 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
             raise InputError("a person needs a left and a right leg sensor", path=str(path),
                              line=number)
         name = normalize_name(m.group("name"))
+        if name in names:
+            raise InputError(f"{name} is listed twice (also on line {names[name]})",
+                             path=str(path), line=number)
+        names[name] = number
+        for sid in sensors.values():
+            if sid in owners:
+                raise InputError(f"sensor {sid} of {name} is also {owners[sid][0]}'s (line "
+                                 f"{owners[sid][1]}): every sensor id belongs to one person",
+                                 path=str(path), line=number)
+            owners[sid] = (name, number)
         if name.lower() == "referee":
             referee = Person(name, None, **sensors)
         elif team is None:
@@ -525,7 +538,8 @@ def read_interruptions(path: str | os.PathLike[str], half: int, *,
         clock: the annotation-clock option, see :func:`clock_offset`.
 
     Raises:
-        InputError: two Begins or two Ends in a row, or a row that is neither.
+        InputError: two Begins or two Ends in a row, a row that is neither, an End earlier than
+            its Begin, or a time after the half's end.
     """
     rows = read_annotation_rows(path)
     ids = C.INTERRUPTION_IDS.get(half)
@@ -553,12 +567,25 @@ def read_interruptions(path: str | os.PathLike[str], half: int, *,
             raise InputError("an End row without a Begin before it", path=str(path),
                              line=row.line)
         else:
-            out.append(Interruption(half, _to_ts(open_row.t_ps, half, offset),
-                                    _to_ts(row.t_ps, half, offset), open_row.line, row.line))
+            b, e = _to_ts(open_row.t_ps, half, offset), _to_ts(row.t_ps, half, offset)
+            if e < b:
+                raise InputError(f"this End ({row.t_ps / C.PS_PER_S:.3f} s) is earlier than its "
+                                 f"Begin on line {open_row.line} "
+                                 f"({open_row.t_ps / C.PS_PER_S:.3f} s)", path=str(path),
+                                 line=row.line, field="event_time_real")
+            out.append(Interruption(half, b, e, open_row.line, row.line))
             open_row = None
     if open_row is not None:
         out.append(Interruption(half, _to_ts(open_row.t_ps, half, offset), end, open_row.line,
                                 None))
+    for iv in out:   # (before the start is possible: clock "B" moves the real 1st half's
+        #               first Begin 3.092 s before the kick-off)
+        for ts, line in ((iv.begin_ts, iv.begin_line), (iv.end_ts, iv.end_line)):
+            if line is not None and ts > end:
+                raise InputError(f"a time after the end of half {half} "
+                                 f"({(ts - start) / C.PS_PER_S:.3f} s after its start; the half "
+                                 f"lasts {(end - start) / C.PS_PER_S:.3f} s)", path=str(path),
+                                 line=line, field="event_time_real")
     return tuple(out)
 
 

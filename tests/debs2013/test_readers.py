@@ -192,9 +192,13 @@ def test_leading_end_is_paired_with_half_start(tmp_path):
     ("2010,Begin,0,1\n2010,Begin,00:00:01.000,2\n", 2),
     ("2010,Begin,0,1\n2011,End,00:00:01.000,1\n2011,End,00:00:02.000,2\n", 3),
     ("2010,Begin,0,1\n2011,End,00:00:0x.000,1\n", 2),
-    ("9999,Pass,0,1\n", 1)])
+    ("9999,Pass,0,1\n", 1),
+    ("2010,Begin,00:00:10.000,1\n2011,End,00:00:05.000,1\n", 2),      # End before its Begin
+    ("2010,Begin,0,1\n2011,End,00:00:03.092,1\n2010,Begin,00:45:00.000,2\n"
+     "2011,End,00:46:00.000,2\n", 3)])                                   # after the half's end
 def test_bad_interruption_files_name_the_line(tmp_path, body, line):
-    """Broken pairing, a bad time or an unknown event stop with the exact line."""
+    """Broken pairing, a bad time, an unknown event, an End earlier than its Begin or a time
+    after the half's end stop with the exact line."""
     with pytest.raises(InputError) as info:
         read_interruptions(_write(tmp_path / "bad.csv", body), 1)
     assert info.value.line == line
@@ -224,3 +228,23 @@ def test_real_possession_matches_statistic_counts():
     intervals = [p for ps in possession.values() for p in ps]
     assert all(p.begin_ts <= p.end_ts for p in intervals)
     assert any(p.begin_ts == p.end_ts for p in intervals)  # single touches
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ("Kevin Baer (Left Leg: 63, Right Leg: 64)", "Kevin Baer (Left Leg: 63, Right Leg: 14)",
+     "sensor 14 of Kevin Baer is also"),
+    ("Kevin Baer (Left Leg: 63, Right Leg: 64)",
+     "Kevin Baer (Left Leg: 63, Right Leg: 64)\nKevin Baer (Left Leg: 63, Right Leg: 64)",
+     "listed twice")])
+def test_metadata_refuses_a_sensor_or_a_person_given_twice(tmp_path, old, new, words):
+    """A sensor id given to two persons, or a person listed twice, stops the reader naming the
+    second line (the real file has neither)."""
+    text = (shared_dir() / "metadata.txt").read_text(encoding="utf-8-sig")
+    assert old in text
+    path = tmp_path / "metadata.txt"
+    path.write_text(text.replace(old, new))
+    with pytest.raises(InputError, match=words) as info:
+        read_metadata(path)
+    last = new.splitlines()[-1]
+    number = max(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.strip() == last)
+    assert info.value.line == number
