@@ -74,7 +74,7 @@ import pyarrow.ipc as ipc
 
 from epic.errors import EpicError, InputError, TopologyError
 
-from .storage import fsync_local, publish, resolve
+from .storage import Location, fsync_local, publish, resolve
 
 __all__ = [
     "Topic",
@@ -446,9 +446,10 @@ class Topic:
 
     def _floor(self) -> int:
         """Sequence number below which retention may have deleted segments (0 if it never ran)."""
+        path = f"{self.root}/{RETENTION_NAME}"
         try:
-            with self.fs.open_input_stream(f"{self.root}/{RETENTION_NAME}") as f:
-                return int(json.loads(f.read())["floor"])
+            # read whole while retention replaces it (an object store's read may be cut)
+            return int(Location(self.fs, path, path).read_json()["floor"])
         except FileNotFoundError:
             return 0
         except (ValueError, KeyError, TypeError, OSError) as e:
@@ -783,8 +784,10 @@ class Topic:
             if fi.type != pafs.FileType.File or fi.base_name.startswith("."):
                 continue
             try:
-                with self.fs.open_input_stream(fi.path) as f:
-                    out[fi.base_name] = int(json.loads(f.read())["position"])
+                # read whole while its consumer replaces it: a position read cut on an object
+                # store and skipped would let retention delete what that consumer still needs
+                out[fi.base_name] = int(Location(self.fs, fi.path, fi.path)
+                                        .read_json()["position"])
             except (ValueError, KeyError, OSError):
                 continue  # a half-written file cannot exist (atomic write); skip foreign files
         return out

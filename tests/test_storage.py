@@ -355,3 +355,38 @@ def test_deferred_sync_syncs_every_file_and_directory_once_at_the_end(tmp_path, 
     assert synced == [] and open_fds() == before
     publish(LOCAL, str(tmp_path / "after.state"), b"a")  # outside a block: synced at once
     assert ident(tmp_path / "after.state") in synced
+
+
+def test_s3_topic_records_read_while_replaced_are_never_cut(s3):
+    """A topic's retention floor and its consumers' positions on S3, read while their writers
+    replace them (records of changing length): every read is whole. A cut read failed a rerun
+    with "unreadable retention record", and a cut consumer position was skipped, which would
+    let retention delete segments that consumer still needed."""
+    import threading
+
+    from epic.topics import CONSUMERS_DIR, RETENTION_NAME
+
+    topic = Topic.create(f"{s3}/race_topic", pa.schema([("ts", pa.int64())]), time_column="ts")
+    root = resolve(f"{s3}/race_topic")
+    floor, pos = root.join(RETENTION_NAME), root.join(CONSUMERS_DIR, "reader")
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            n = 9 if i % 2 else 10 ** (i % 5 + 1)   # 1 to 6 digits: lengths up and down
+            floor.publish(json.dumps({"floor": n}).encode())
+            pos.publish(json.dumps({"position": n}).encode())
+
+    floor.publish(b'{"floor": 9}')
+    pos.publish(b'{"position": 9}')
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(120):
+            assert topic._floor() > 0
+            assert set(topic.consumers()) == {"reader"}
+    finally:
+        stop.set()
+        t.join()
