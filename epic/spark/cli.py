@@ -182,7 +182,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def stop(workdir: str = typer.Argument(..., help="The --workdir of a running deploy.")):
-        """Ask a running deploy to stop (it finishes its current batches and exits)."""
+        """Ask a running deploy to stop: its queries stop (a micro-batch in flight is abandoned,
+        not committed), it exits 0 with status 'stopped', and a rerun resumes from the last
+        committed micro-batch."""
         from epic.errors import EpicError
         from epic.spark.runtime import request_stop
 

@@ -206,7 +206,8 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
                             f"{topology.name!r}; use another --workdir")
         if bool(m.get("fuse", False)) != bool(fuse):
             raise EpicError(f"{wd} was deployed {'with' if m.get('fuse') else 'without'} --fuse;"
-                            " rerun it the same way (its checkpoints are per query)")
+                            " rerun it the same way (its checkpoints are per query), or use a "
+                            "fresh --workdir")
         had = m.get("nodes")
         now = [n.name for n in topology.topological_order()]
         if had is not None and set(had) != set(now):
