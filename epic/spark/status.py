@@ -193,7 +193,9 @@ class Stats:
                 "batches": len(self.rows_in.get(name, {})),
                 "busy_ms": sum(self.busy.get(name, {}).values()),
                 "watermark": min(wms) if wms else None,
-                "ended": bool(offs) and all(o.eos for o in offs),
+                # a finished deploy's every sink committed its end of stream: every query
+                # ended (its last progress report may not have come in before the driver saw it)
+                "ended": state == "finished" or (bool(offs) and all(o.eos for o in offs)),
                 "active": bool(q.isActive),
             }
         late = {}

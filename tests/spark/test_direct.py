@@ -198,6 +198,11 @@ def test_split_ends_fused_group(split_deploy):
     else:
         assert {"events", "route", "big", "sums"} <= queries
         assert (wd / "topics" / "events").is_dir()
+    # a finished deploy's status shows every query ended, in the result and in status.json
+    assert result.status["state"] == "finished"
+    assert all(n["ended"] for n in result.status["nodes"].values()), result.status["nodes"]
+    saved = json.loads((wd / "status.json").read_text())
+    assert saved["state"] == "finished" and all(n["ended"] for n in saved["nodes"].values())
 
 
 def test_spool_is_emptied(split_deploy):
