@@ -96,8 +96,9 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
             # batch as already written. Refuse instead of silently losing output.
             raise EpicError(
                 f"topic {path} already holds output of producer {self.producer!r}, but the query's"
-                f" checkpoint {checkpoint} is new: delete the topic too, or restore the checkpoint,"
-                " or use another producer name")
+                f" checkpoint {checkpoint} is new: if the first deploy was given --checkpoint-dir,"
+                " rerun with the same --checkpoint-dir; else delete the topic too, or restore the"
+                " checkpoint, or use another producer name")
         self._markers: dict[int, tuple[int | None, bool, int | None]] = {}
 
     def _batch_markers(self, batch_id: int) -> tuple[int | None, bool, int | None]:
