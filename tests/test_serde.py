@@ -140,7 +140,7 @@ def ragged(draw):
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(ragged(), st.sampled_from([0, 1 << 16]))
 def test_object_arrays_of_arrays_round_trip_as_one_buffer(arr, raw_min):
     """Elements, dtypes and the shape survive packb and pack_large; the elements are writable

@@ -384,7 +384,7 @@ def test_s3_topic_records_read_while_replaced_are_never_cut(s3):
     t = threading.Thread(target=writer)
     t.start()
     try:
-        for _ in range(120):
+        for _ in range(40):
             assert topic._floor() > 0
             assert set(topic.consumers()) == {"reader"}
     finally:
