@@ -409,6 +409,11 @@ def _finite(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def _is_null(e) -> bool:
+    """An element that is no value: None, or NaN (a float column's null is read as NaN)."""
+    return e is None or (isinstance(e, float) and e != e)
+
+
 def _sum_count(values: np.ndarray) -> tuple[float, int]:
     """Float64 sum and number of the non-null values of a column.
 
@@ -794,8 +799,7 @@ class First(Aggregate):
 
     def result(self, state):
         v = state[1]
-        # a float column's null is read as NaN: null again
-        return None if isinstance(v, float) and v != v else v
+        return None if _is_null(v) else v
 
     def output_type(self, input_types):
         return input_types[0] if input_types else pa.int64()
@@ -829,13 +833,13 @@ class Histogram(Aggregate):
         return {}
 
     def add(self, state, e):
-        if e is None or e != e:   # nulls (a float column's read as NaN) are not values
+        if _is_null(e):
             return state
         state[e] = state.get(e, 0) + 1
         return state
 
     def remove(self, state, e):
-        if e is None or e != e:
+        if _is_null(e):
             return state
         c = state[e] - 1
         if c:
@@ -853,26 +857,26 @@ class Histogram(Aggregate):
     def add_batch(self, state, values):
         if isinstance(values, np.ndarray):
             values = _finite(values)
-        if isinstance(values, np.ndarray) and values.dtype.kind in "iub" and len(values) > 8:
-            uniq, counts = np.unique(values, return_counts=True)
-            get = state.get
-            for k, c in zip(uniq.tolist(), counts.tolist()):
-                state[k] = get(k, 0) + c
-            return state
+            if values.dtype.kind in "iub" and len(values) > 8:
+                uniq, counts = np.unique(values, return_counts=True)
+                get = state.get
+                for k, c in zip(uniq.tolist(), counts.tolist()):
+                    state[k] = get(k, 0) + c
+                return state
         return super().add_batch(state, values)
 
     def remove_batch(self, state, values):
         if isinstance(values, np.ndarray):
             values = _finite(values)
-        if isinstance(values, np.ndarray) and values.dtype.kind in "iub" and len(values) > 8:
-            uniq, counts = np.unique(values, return_counts=True)
-            for k, c in zip(uniq.tolist(), counts.tolist()):
-                left = state[k] - c
-                if left:
-                    state[k] = left
-                else:
-                    del state[k]
-            return state
+            if values.dtype.kind in "iub" and len(values) > 8:
+                uniq, counts = np.unique(values, return_counts=True)
+                for k, c in zip(uniq.tolist(), counts.tolist()):
+                    left = state[k] - c
+                    if left:
+                        state[k] = left
+                    else:
+                        del state[k]
+                return state
         return super().remove_batch(state, values)
 
     def result(self, state):
@@ -908,8 +912,7 @@ class Collect(Aggregate):
         return [[], 0]
 
     def add(self, state, e):
-        # a float column's nulls are read as NaN: kept as null
-        state[0].append(None if isinstance(e, float) and e != e else e)
+        state[0].append(None if _is_null(e) else e)   # a float null (read as NaN) kept as null
         return state
 
     def remove(self, state, e):

@@ -444,12 +444,17 @@ class Topic:
         out.sort(key=lambda s: s.seq)
         return out
 
+    def _record(self, path: str):
+        """The JSON record at ``path``, read whole while its writer replaces it (an object
+        store's read may be cut: a cut retention floor failed a rerun, and a cut consumer
+        position skipped would let retention delete what that consumer still needs)."""
+        return Location(self.fs, path, path).read_json()
+
     def _floor(self) -> int:
         """Sequence number below which retention may have deleted segments (0 if it never ran)."""
         path = f"{self.root}/{RETENTION_NAME}"
         try:
-            # read whole while retention replaces it (an object store's read may be cut)
-            return int(Location(self.fs, path, path).read_json()["floor"])
+            return int(self._record(path)["floor"])
         except FileNotFoundError:
             return 0
         except (ValueError, KeyError, TypeError, OSError) as e:
@@ -784,10 +789,7 @@ class Topic:
             if fi.type != pafs.FileType.File or fi.base_name.startswith("."):
                 continue
             try:
-                # read whole while its consumer replaces it: a position read cut on an object
-                # store and skipped would let retention delete what that consumer still needs
-                out[fi.base_name] = int(Location(self.fs, fi.path, fi.path)
-                                        .read_json()["position"])
+                out[fi.base_name] = int(self._record(fi.path)["position"])
             except (ValueError, KeyError, OSError):
                 continue  # a half-written file cannot exist (atomic write); skip foreign files
         return out
