@@ -22,7 +22,7 @@ import time
 
 from epic.errors import EpicError
 
-__all__ = ["WorkdirLock", "LOCK_NAME"]
+__all__ = ["WorkdirLock", "LOCK_NAME", "lock_holder"]
 
 LOCK_NAME = "deploy.lock"
 #: Without flock: how long another host's lock record counts as live.
@@ -37,6 +37,46 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _record(fd: int) -> dict:
+    """The holder's record in an open lock file ({} when empty or unreadable)."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = os.read(fd, 4096)
+        return json.loads(data) if data.strip() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def lock_holder(directory: str) -> dict | None:
+    """Who holds the deploy lock in ``directory``: its record (pid, host, started) while a deploy
+    holds it, ``None`` when nobody does (no lock file, or a lock the kernel dropped when its
+    holder exited, killed or not). Takes no lock that outlives the call."""
+    path = os.path.join(directory, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _record(fd) or {}
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            holder = _record(fd)   # no flock here: the recorded pid decides
+            if not holder.get("pid"):
+                return None
+            if holder.get("host") == socket.gethostname():
+                return holder if _alive(int(holder["pid"])) else None
+            fresh = time.time() - float(holder.get("started", 0)) < STALE_AFTER
+            return holder if fresh else None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 class WorkdirLock:
@@ -58,12 +98,7 @@ class WorkdirLock:
         self._fd: int | None = None
 
     def _holder(self, fd: int) -> dict:
-        try:
-            os.lseek(fd, 0, os.SEEK_SET)
-            data = os.read(fd, 4096)
-            return json.loads(data) if data.strip() else {}
-        except (OSError, ValueError):
-            return {}
+        return _record(fd)
 
     def _refuse(self, holder: dict) -> EpicError:
         when = holder.get("started")

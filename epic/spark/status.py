@@ -23,21 +23,59 @@ STOP = "STOP"
 
 
 def read_status(workdir: str) -> dict:
-    """The status document a deploy keeps in ``<workdir>/status.json`` (a path or URI)."""
+    """The status document a deploy keeps in ``<workdir>/status.json`` (a path or URI).
+
+    A document that still says ``running`` (or ``starting``) while no deploy holds the work
+    directory's lock was left by a deploy that died without writing its last status (SIGKILL, an
+    out-of-memory kill, a lost machine): it is returned with state ``gone`` and an error saying
+    so. The lock is checked when it is on this machine (a local work directory, or a remote one
+    whose checkpoint directory is on this host)."""
     if "://" in workdir:
         from epic.storage import read_small_json
 
         doc = _remote(workdir, lambda: read_small_json(f"{workdir.rstrip('/')}/{STATUS}"))
         if doc is None:
             raise EpicError(f"{workdir}: no {STATUS}; is this the --workdir of an epic deploy?")
+        manifest = _remote(workdir, lambda: read_small_json(f"{workdir.rstrip('/')}/deploy.json"))
+    else:
+        p = os.path.join(workdir, STATUS)
+        try:
+            with open(p) as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise EpicError(f"{workdir}: no {STATUS}; is this the --workdir of an epic "
+                            "deploy?") from None
+        try:
+            with open(os.path.join(workdir, "deploy.json")) as f:
+                manifest = json.load(f)
+        except (OSError, ValueError):
+            manifest = None
+    return _check_alive(workdir, doc, manifest or {})
+
+
+def _check_alive(workdir: str, doc: dict, manifest: dict) -> dict:
+    """``doc`` with state ``gone`` when it says running but nobody holds the deploy lock."""
+    import socket
+
+    from epic.spark.lock import lock_holder
+
+    if doc.get("state") not in ("running", "starting"):
         return doc
-    p = os.path.join(workdir, STATUS)
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise EpicError(f"{workdir}: no {STATUS}; is this the --workdir of an epic deploy?") \
-            from None
+    lock_dir = manifest.get("checkpoint_dir")
+    if lock_dir is not None:
+        if manifest.get("driver_host") != socket.gethostname():
+            return doc   # another machine's driver: its lock cannot be seen from here
+    elif "://" in workdir:
+        return doc
+    else:
+        lock_dir = workdir
+    if lock_holder(lock_dir) is not None:
+        return doc
+    pid = doc.get("pid", "?")
+    return {**doc, "state": "gone", "error": (
+        f"the deploy (pid {pid}) ended without writing its final status: it was killed or its "
+        "machine failed. Its outputs hold the micro-batches committed before that; `epic "
+        f"deploy` of the same topology with --workdir {workdir} resumes from there")}
 
 
 def request_stop(workdir: str) -> None:
@@ -55,6 +93,23 @@ def request_stop(workdir: str) -> None:
         return
     if not os.path.isdir(workdir):
         raise EpicError(f"{workdir}: no such work directory")
+    if not os.path.exists(os.path.join(workdir, "deploy.json")):
+        raise EpicError(f"{workdir}: no deploy.json; is this the --workdir of an epic deploy?")
+    try:
+        state = read_status(workdir).get("state")
+    except EpicError:
+        state = None   # a deploy still starting has not written its status yet
+    if state in ("finished", "failed", "stopped", "gone"):
+        import socket
+
+        from epic.spark.lock import lock_holder
+
+        with open(os.path.join(workdir, "deploy.json")) as f:
+            manifest = json.load(f)
+        here = manifest.get("driver_host", socket.gethostname()) == socket.gethostname()
+        if here and lock_holder(manifest.get("checkpoint_dir") or workdir) is None:
+            raise EpicError(f"no deploy is running in {workdir} (its status: {state}); nothing "
+                            "to stop")
     with open(os.path.join(workdir, STOP), "w") as f:
         f.write(str(_time.time()))
 

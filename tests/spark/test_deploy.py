@@ -131,3 +131,57 @@ def test_starting_queries_setting_must_be_a_number(spark, tmp_path):
             deploy(t, str(tmp_path / "wd"), spark=spark, timeout=60)
     finally:
         spark.conf.unset(Launcher.STARTING_CONF)
+
+
+def test_epic_stop_ends_a_live_deploy_and_its_status_says_so(spark, tmp_path):
+    """`epic stop` on a live deploy: it exits with status `stopped` (`epic status` while it ran
+    said `running`), a second `epic stop` is refused, and the rows it committed are whole ones."""
+    import threading
+    import time as _t
+
+    from typer.testing import CliRunner
+
+    from epic.cli import app
+
+    def live_rows():   # nested: shipped by value (the test module is not on the workers' path)
+        import time
+
+        i = 0
+        while True:   # unbounded, 1 ms of event time apart, a few hundred rows a second
+            yield {"ts": i, "v": i % 7}
+            i += 1
+            if i % 50 == 0:
+                time.sleep(0.1)
+
+    t = epic.Topology("live_stop")
+    s = t.source("s", epic.iterator_source(live_rows, schema={"ts": "int64", "v": "int64"},
+                                           time="ts", unit="ms", bounded=False))
+    out = tmp_path / "o.csv"
+    t.sink("out", s, epic.csv_sink(str(out)))
+    wd = str(tmp_path / "wd")
+    seen = {}
+
+    def stop_when_rows_are_out():   # the deploy runs in this test's thread (its session's)
+        deadline = _t.monotonic() + 90
+        while _t.monotonic() < deadline:
+            if out.exists() and len(out.read_text().splitlines()) > 100:
+                break
+            _t.sleep(0.2)
+        seen["state"] = read_status(wd)["state"]
+        seen["stop"] = CliRunner().invoke(app, ["stop", wd])
+
+    th = threading.Thread(target=stop_when_rows_are_out)
+    th.start()
+    try:
+        result = deploy(t, wd, spark=spark, timeout=120)
+    finally:
+        th.join(120)
+    assert seen["state"] == "running"
+    assert seen["stop"].exit_code == 0, seen["stop"].output
+    assert result.status["state"] == "stopped"
+    assert read_status(wd)["state"] == "stopped"
+    r = CliRunner().invoke(app, ["stop", wd])
+    assert r.exit_code == 1 and "no deploy is running" in r.output
+    lines = out.read_text().splitlines()
+    ts = [int(x.split(",")[0]) for x in lines[1:]]
+    assert ts == list(range(len(ts))) and len(ts) > 100   # a prefix, each row once

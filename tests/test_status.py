@@ -1,0 +1,111 @@
+"""`epic status` and `epic stop` without Spark: a status left "running" by a killed deploy, and
+`epic stop` where no deploy runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from typer.testing import CliRunner
+
+from epic.cli import app
+from epic.spark.lock import lock_holder
+from epic.spark.status import read_status
+
+HOLD = """
+import json, os, sys, time
+from epic.spark.lock import WorkdirLock
+wd = sys.argv[1]
+lock = WorkdirLock(wd).acquire()
+with open(os.path.join(wd, "status.json"), "w") as f:
+    json.dump({"topology": "t", "state": "running", "pid": os.getpid(), "elapsed_s": 1.0,
+               "nodes": {}}, f)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _deploy_dir(tmp_path, **manifest):
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "deploy.json").write_text(json.dumps({"topology": "t", "id": "x", **manifest}))
+    return wd
+
+
+def _holder(wd):
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(wd)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_status_of_a_killed_deploy_is_gone_and_stop_is_refused(tmp_path):
+    wd = _deploy_dir(tmp_path)
+    p = _holder(wd)
+    try:
+        assert lock_holder(str(wd))["pid"] == p.pid
+        assert read_status(str(wd))["state"] == "running"
+        r = CliRunner().invoke(app, ["stop", str(wd)])
+        assert r.exit_code == 0, r.output
+        assert (wd / "STOP").exists()
+        (wd / "STOP").unlink()
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert lock_holder(str(wd)) is None
+    doc = read_status(str(wd))
+    assert doc["state"] == "gone"
+    assert f"pid {p.pid}" in doc["error"] and f"--workdir {wd}" in doc["error"]
+    r = CliRunner().invoke(app, ["status", str(wd)])
+    assert r.exit_code == 0 and "gone" in r.output and "resumes" in r.output
+    r = CliRunner().invoke(app, ["status", str(wd), "--json"])
+    assert json.loads(r.output)["state"] == "gone"
+    r = CliRunner().invoke(app, ["stop", str(wd)])
+    assert r.exit_code == 1 and "no deploy is running" in r.output and "gone" in r.output
+    assert not (wd / "STOP").exists()
+
+
+def test_status_after_a_deploy_ended_is_what_it_wrote(tmp_path):
+    wd = _deploy_dir(tmp_path)
+    (wd / "deploy.lock").write_text("")   # released: emptied, not removed
+    for state in ("finished", "failed", "stopped"):
+        (wd / "status.json").write_text(json.dumps(
+            {"topology": "t", "state": state, "pid": 1, "elapsed_s": 1.0, "nodes": {}}))
+        assert read_status(str(wd))["state"] == state
+        r = CliRunner().invoke(app, ["stop", str(wd)])
+        assert r.exit_code == 1 and f"its status: {state}" in r.output
+
+
+def test_a_lock_on_another_host_is_not_judged_from_here(tmp_path):
+    """A work directory whose driver (and lock) is on another machine keeps its status."""
+    wd = _deploy_dir(tmp_path, checkpoint_dir=str(tmp_path / "ck"), driver_host="elsewhere-x")
+    (wd / "status.json").write_text(json.dumps(
+        {"topology": "t", "state": "running", "pid": 1, "elapsed_s": 1.0, "nodes": {}}))
+    assert read_status(str(wd))["state"] == "running"
+
+
+def test_stop_outside_a_work_directory_writes_nothing(tmp_path):
+    d = tmp_path / "plain"
+    d.mkdir()
+    r = CliRunner().invoke(app, ["stop", str(d)])
+    assert r.exit_code == 1 and "no deploy.json" in r.output
+    assert os.listdir(d) == []
+    r = CliRunner().invoke(app, ["stop", str(tmp_path / "missing")])
+    assert r.exit_code == 1 and "no such work directory" in r.output
+
+
+def test_lock_holder_sees_a_lock_only_while_it_is_held(tmp_path):
+    from epic.spark.lock import WorkdirLock
+
+    assert lock_holder(str(tmp_path)) is None        # no lock file
+    lock = WorkdirLock(str(tmp_path)).acquire()
+    try:
+        held = lock_holder(str(tmp_path))
+        assert held["pid"] == os.getpid() and held["started"] <= time.time()
+    finally:
+        lock.release()
+    assert lock_holder(str(tmp_path)) is None
+    WorkdirLock(str(tmp_path)).acquire().release()   # free for the next deploy
