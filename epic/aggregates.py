@@ -91,6 +91,11 @@ class Aggregate:
 
     result_type: pa.DataType = pa.float64()
 
+    #: True when :meth:`remove` can only take the oldest element (``collect``): a window whose
+    #: elements leave in another order (snapshot windows) rebuilds the state from its live
+    #: elements instead of calling it.
+    fifo_remove: bool = False
+
     def init(self) -> Any:
         """Return a fresh state for an empty window."""
         raise NotImplementedError
@@ -907,6 +912,7 @@ class Collect(Aggregate):
     """
 
     name = "collect"
+    fifo_remove = True   # remove drops the head: elements must leave oldest first
 
     def init(self):
         return [[], 0]

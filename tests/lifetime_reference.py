@@ -95,3 +95,18 @@ def sliding_expire_reference(rows, L, S, lateness=0):
             left = sum(1 for y in ev[j + 1:] if y[0] < at)
             out.append((key, at, v, left))
     return sorted(out)
+
+
+def snapshot_in_start_order(rows, lateness=0):
+    """Sorted (key, window_start, window_end, values alive in start order, ties by arrival):
+    what ``collect`` holds ("all elements of the window in order")."""
+    rows = on_time(rows, lateness)
+    out = []
+    for key in _keys(rows):
+        ev = sorted((s, i, max(e, s + 1), v) for i, k, s, e, v in rows if k == key)
+        bounds = sorted({s for s, _, _, _ in ev} | {e for _, _, e, _ in ev})
+        for b1, b2 in zip(bounds, bounds[1:]):
+            alive = [v for s, i, e, v in ev if s <= b1 and e >= b2]
+            if alive:
+                out.append((key, b1, b2, alive))
+    return sorted(out)

@@ -19,7 +19,8 @@ from epic.errors import SpecError, TopologyError
 from epic.timecore import stream_before
 from epic.windows import build_window_operator
 
-from lifetime_reference import (count_by_start_reference, sliding_expire_reference,
+from lifetime_reference import (count_by_start_reference, snapshot_in_start_order,
+                                sliding_expire_reference,
                                 snapshot_expire_reference, snapshot_reference)
 
 SCHEMA = pa.schema([("k", pa.int64()), ("ts", pa.int64()), ("te", pa.int64()),
@@ -114,6 +115,21 @@ def test_snapshot_windows_match_reference(stream, lateness, parts):
     out = _feed(make, rows, cuts, parts=parts, restore_at=restore)
     assert _rows_of(out) == snapshot_reference(rows, lateness)
     assert all(r["count"] == len(r["vals"]) for r in out)
+
+
+@settings(max_examples=200, **COMMON)
+@given(stream=lifetimes(), lateness=st.sampled_from([0, 1, 3, 10]), parts=st.sampled_from([1, 2]))
+def test_snapshot_collect_keeps_the_live_events_in_start_order(stream, lateness, parts):
+    """collect over a snapshot window: events leave in end order, not start order; the list
+    holds the live events' values in start order (its remove takes only the oldest element)."""
+    rows, cuts, restore = stream
+    make = lambda: build_window_operator(epic.snapshot_window("ts", "te", lateness=lateness),
+                                         [epic.collect("v"), epic.sum("v")], SCHEMA, "ts", "s",
+                                         "k")
+    out = _feed(make, rows, cuts, parts=parts, restore_at=restore)
+    got = sorted((r["k"], r["window_start"], r["window_end"], r["collect_v"]) for r in out)
+    assert got == snapshot_in_start_order(rows, lateness)
+    assert all(r["sum_v"] == sum(r["collect_v"]) for r in out)
 
 
 @settings(max_examples=300, **COMMON)

@@ -268,11 +268,27 @@ class SnapshotWindowOperator(_Lifetime):
         for i, a in enumerate(self.aggs):
             if i == self.expire:
                 ks[2][i] = self._expired(kv, i, ks[2][i], cols, times, at, ks[4], out)
+            elif a.aggregate.fifo_remove:
+                ks[2][i] = None   # rebuilt below from the events still alive
             else:
                 ks[2][i] = a.aggregate.remove_batch(ks[2][i], self._values(i, cols, times))
         ks[1] -= len(gone)
         if ks[1] == 0:
             ks[2] = [a.aggregate.init() for a in self.aggs]  # exactly empty, no residue
+            return
+        alive = None
+        for i, a in enumerate(self.aggs):
+            if ks[2][i] is None:
+                # Events leave in end order, not start order: an aggregate whose remove takes
+                # only the oldest element (collect) is rebuilt from the live events in start
+                # order, O(a log a) for a alive (its result is O(a) anyway).
+                if alive is None:
+                    live = sorted(ks[3], key=lambda h: h[1])
+                    alive = (np.array([h[2] for h in live], dtype=np.int64),
+                             [np.array([h[3][c] for h in live], dtype=self._dtypes[c])
+                              for c in range(len(self.value_columns))])
+                ks[2][i] = a.aggregate.add_batch(a.aggregate.init(),
+                                                 self._values(i, alive[1], alive[0]))
 
     def snapshot(self) -> bytes:
         keys = [{"key": self._pack_key(kv), "order": self._order[kv], "cur": ks[0],
