@@ -66,6 +66,14 @@ class PredicateWindowOperator(Clocked):
         self._order: dict[Any, int] = {}
         self.clock = EventClock(spec.lateness_ticks(unit))
         self._held = None
+        # Rows produced but not yet safe to send (a key's open window may still emit an older
+        # `ts`): the output schema plus the key's rank and the production order.
+        self._out: pa.Table | None = None
+        self._seq = 0
+        # Does an open window hold the output back? Only if it can still emit a row stamped
+        # with its last item's time: closed by `newstart`, or emitted open at the end of input.
+        self._open_holds = spec.end == "newstart" or (spec.kind != "landmark"
+                                                       and not spec.force)
 
     # item hooks ----------------------------------------------------------------------------
     def _start(self, cur, prev, nxt, pos) -> bool:
@@ -123,27 +131,68 @@ class PredicateWindowOperator(Clocked):
         batch, _late = self.admit(batch, before)
         if batch is not None:
             self._hold(batch)
-        return self._items(self._take_ready(self.clock.watermark, False))
+        return self._release(self._items(self._take_ready(self.clock.watermark, False)))
 
     def observe(self, high: int | None) -> list[pa.RecordBatch]:
         self.clock.observe(high)
-        return self._items(self._take_ready(self.clock.watermark, False))
+        return self._release(self._items(self._take_ready(self.clock.watermark, False)))
 
     @property
     def output_watermark(self) -> int | None:
         """Rows still to come are stamped no older than the last item of a key with an open
-        window (a ``newstart`` end or the end of the input emits it with that time)."""
+        window (a ``newstart`` end or the end of the input emits it with that time) nor than a
+        key's item waiting for its ``next`` (its rows are produced when the next item comes)."""
         wm = self.clock.watermark
         for st in self._state.values():
-            if st[3] and st[1] is not None:
+            if st[2] is not None:
+                t = int(st[2][self.time])
+                wm = t if wm is None else min(wm, t)
+            if self._open_holds and st[3] and st[1] is not None:
                 t = int(st[1][self.time])
                 wm = t if wm is None else min(wm, t)
         return wm
 
-    def _items(self, rows: pa.Table | None) -> list[pa.RecordBatch]:
-        if rows is None:
+    def _release(self, rows: list, final: bool = False) -> list[pa.RecordBatch]:
+        """Queue ``rows`` and send the queued rows no later row can precede: ``ts`` below the
+        output watermark (all at the end), ordered by ``ts``, then the key's rank (its first
+        item in this node's input), then production. Windows of different keys close in item
+        order, not in ``ts`` order (a ``newstart`` window ends at its last item but closes at the
+        next start), so without the queue a downstream node would find rows late."""
+        if rows:
+            b = self._to_batch(rows)
+            n = len(rows)
+            t = pa.Table.from_batches([b]).append_column(
+                "__rank", pa.array([self._order[r[0]] for r in rows], pa.int64())).append_column(
+                "__seq", pa.array(np.arange(self._seq, self._seq + n, dtype=np.int64)))
+            self._seq += n
+            self._out = t if self._out is None else pa.concat_tables([self._out, t])
+        q = self._out
+        if q is None or q.num_rows == 0:
             return []
+        ts = q.column("ts").to_numpy()
+        if final:
+            ready = np.ones(len(ts), bool)
+        else:
+            bound = self.output_watermark
+            if bound is None:
+                return []
+            ready = ts < bound
+            if not ready.any():
+                return []
+        idx = np.flatnonzero(ready)
+        ranks = q.column("__rank").to_numpy()[idx]
+        seqs = q.column("__seq").to_numpy()[idx]
+        order = idx[np.lexsort((seqs, ranks, ts[idx]))]
+        send = q.take(pa.array(order)).drop_columns(["__rank", "__seq"]).combine_chunks()
+        rest = np.flatnonzero(~ready)
+        self._out = q.take(pa.array(rest)) if len(rest) else None
+        return send.to_batches()
+
+    def _items(self, rows: pa.Table | None) -> list:
+        """Step every key through ``rows``' items; the output rows produced (tuples)."""
         out: list = []
+        if rows is None:
+            return out
         key_cols = self.keys
         for item in rows.to_pylist():
             if not key_cols:
@@ -162,16 +211,15 @@ class PredicateWindowOperator(Clocked):
                     self._step(kv, st, pending, item, out)
             else:
                 self._step(kv, st, item, None, out)
-        return [self._to_batch(out)] if out else []
+        return out
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         if not self.clock.push(watermark):
             return []
-        return self._items(self._take_ready(self.clock.watermark, False))
+        return self._release(self._items(self._take_ready(self.clock.watermark, False)))
 
     def on_end(self) -> list[pa.RecordBatch]:
-        first = self._items(self._take_ready(None, True))
-        out: list = []
+        out = self._items(self._take_ready(None, True))
         for kv, st in self._state.items():
             if st[2] is not None:
                 pending, st[2] = st[2], None
@@ -181,7 +229,7 @@ class PredicateWindowOperator(Clocked):
                     if self.spec.kind != "landmark":
                         out.append(self._row(kv, w, st[1][self.time], False))
             st[3] = []
-        return first + ([self._to_batch(out)] if out else [])
+        return self._release(out, final=True)
 
     def _to_batch(self, rows: list) -> pa.RecordBatch:
         schema = self.output_schema
@@ -202,12 +250,16 @@ class PredicateWindowOperator(Clocked):
                 for kv, st in self._state.items()]
         return serde.pack_state("epic.predicate_window/3", {
             "keys": keys, "clock": self.clock.to_state(),
-            "held": None if self._held is None else table_bytes(self._held)})
+            "held": None if self._held is None else table_bytes(self._held),
+            "queued": None if self._out is None else table_bytes(self._out), "seq": self._seq})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpack_state(data, "epic.predicate_window/3")
         self.clock = EventClock.from_state(st["clock"])
         self._held = None if st["held"] is None else table_from_bytes(st["held"])
+        queued = st.get("queued")   # absent in snapshots of epic before the output queue
+        self._out = None if queued is None else table_from_bytes(queued)
+        self._seq = int(st.get("seq", 0))
         self._state, self._order = {}, {}
         for k in st["keys"]:
             kv = tuple(k["key"]) if len(self.keys) > 1 else k["key"]
