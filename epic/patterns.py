@@ -282,13 +282,14 @@ class _Attempt:
 class _Key:
     """Per-key state: buffered rows from the current attempt's start, and the attempt."""
 
-    __slots__ = ("rows", "times", "bits", "base", "last", "next", "done", "att",
+    __slots__ = ("rows", "times", "bits", "pos", "base", "last", "next", "done", "att",
                  "memo", "runs", "suffix", "pruned")
 
     def __init__(self, n):
         self.rows: list[dict] = []
         self.times: list[int] = []
         self.bits: list[int] = []
+        self.pos: list[int] = []   # each row's position in the node's input (output ties)
         self.base = 0          # global index (per key) of rows[0]
         self.last = None       # time of the key's latest row (order check)
         self.next = 0          # start of the next attempt
@@ -424,7 +425,11 @@ class PatternOperator:
         self.all_bits = (1 << self.n) - 1
         self._keys: dict[Any, _Key] = {}
         self._wm: int | None = None
-        self._out: list[dict] = []
+        self._out: list[dict] = []          # matches of this call, in recognition order
+        # Matches not yet safe to send (a key's attempt in progress may still end earlier):
+        # the output schema plus the key's rank and the recognition order.
+        self._queue: pa.Table | None = None
+        self._rows_in = 0                    # rows of the node's input so far (positions)
         self._batches = 0
         self.dropped_rows = 0
         self.evaluations = 0    # calls of user conditions (for the benchmark)
@@ -440,7 +445,9 @@ class PatternOperator:
         times = batch.column(self.cfg.time).to_pylist()
         kc = self.cfg.key
         touched: dict[Any, _Key] = {}
-        for r, t, b in zip(rows, times, bits):
+        first = self._rows_in
+        self._rows_in += n
+        for i, (r, t, b) in enumerate(zip(rows, times, bits)):
             k = (None if not kc else r[kc[0]] if len(kc) == 1 else tuple(r[c] for c in kc))
             ks = touched.get(k)
             if ks is None:
@@ -463,9 +470,10 @@ class PatternOperator:
             ks.rows.append(r)
             ks.times.append(t)
             ks.bits.append(b)
+            ks.pos.append(first + i)
         for k, ks in touched.items():
             self._advance(k, ks, False)
-        return self._flush()
+        return self._flush(False)
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         watermark = int(watermark)
@@ -476,12 +484,12 @@ class PatternOperator:
             for k, ks in self._keys.items():
                 if ks.att is not None:
                     self._advance(k, ks, False)
-        return self._flush()
+        return self._flush(False)
 
     def on_end(self) -> list[pa.RecordBatch]:
         for k, ks in self._keys.items():
             self._advance(k, ks, True)
-        return self._flush()
+        return self._flush(True)
 
     @property
     def output_watermark(self) -> int | None:
@@ -546,7 +554,7 @@ class PatternOperator:
             self._trim(ks)
         if ks.done and ks.rows:
             ks.base += len(ks.rows)
-            ks.rows, ks.times, ks.bits = [], [], []
+            ks.rows, ks.times, ks.bits, ks.pos = [], [], [], []
 
     def _run(self, key, ks: _Key, att: _Attempt, at_end: bool) -> int:
         els, n = self.els, self.n
@@ -751,7 +759,7 @@ class PatternOperator:
         drop = min(keep - ks.base, len(ks.rows))
         if drop <= 0:
             return
-        del ks.rows[:drop], ks.times[:drop], ks.bits[:drop]
+        del ks.rows[:drop], ks.times[:drop], ks.bits[:drop], ks.pos[:drop]
         ks.base += drop
         base = ks.base
         if self.linear and base - ks.pruned > max(1024, 2 * len(ks.rows)):
@@ -771,6 +779,7 @@ class PatternOperator:
             out.update(zip(kc, key))
         out["match_start"] = att.t0
         out["match_end"] = ks.times[att.i - 1 - ks.base]
+        last = ks.pos[att.i - 1 - ks.base]
         if self.cfg.select:
             m = Match(key, att.t0, self._values(att, self.n, None))
             for name, getter in self.cfg.select:
@@ -779,18 +788,43 @@ class PatternOperator:
                 except Exception as exc:
                     raise NodeFailure(self.cfg.node, f"pattern select {name!r}", self._batches,
                                       exc) from exc
-        self._out.append(out)
+        self._out.append((last, out))
 
-    def _flush(self) -> list[pa.RecordBatch]:
-        if not self._out:
+    def _flush(self, final: bool) -> list[pa.RecordBatch]:
+        """Queue this call's matches and send the queued ones no match still in progress can
+        precede: ``match_end`` below every key's oldest buffered row (all of them when no key
+        buffers a row, and at the end), ordered by ``match_end``, then by the position of the
+        match's last row in the node's input. Keys' matches are recognised key by key, and an
+        attempt in progress may end before another key's match: sent as recognised, a
+        downstream window would find rows late, and which ones would depend on the batch
+        cuts."""
+        if self._out:
+            pending, self._out = self._out, []
+            try:
+                b = pa.Table.from_pylist([r for _, r in pending], schema=self.output_schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+                raise NodeFailure(self.cfg.node, "pattern select", self._batches, ValueError(
+                    f"selected values do not fit the output schema {self.output_schema}: {exc}")
+                ) from exc
+            b = b.append_column("__pos", pa.array([p for p, _ in pending], pa.int64()))
+            self._queue = b if self._queue is None else pa.concat_tables([self._queue, b])
+        q = self._queue
+        if q is None or q.num_rows == 0:
             return []
-        rows, self._out = self._out, []
-        try:
-            return [pa.RecordBatch.from_pylist(rows, schema=self.output_schema)]
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-            raise NodeFailure(self.cfg.node, "pattern select", self._batches, ValueError(
-                f"selected values do not fit the output schema {self.output_schema}: {exc}")
-            ) from exc
+        ends = q.column("match_end").to_numpy()
+        bound = None if final else self.output_watermark
+        if bound is None:   # no key holds a row: nothing recognised later can end earlier
+            ready = np.ones(len(ends), bool)
+        else:
+            ready = ends < bound
+            if not ready.any():
+                return []
+        idx = np.flatnonzero(ready)
+        order = idx[np.lexsort((q.column("__pos").to_numpy()[idx], ends[idx]))]
+        send = q.take(pa.array(order)).drop_columns(["__pos"]).combine_chunks()
+        rest = np.flatnonzero(~ready)
+        self._queue = q.take(pa.array(rest)) if len(rest) else None
+        return send.to_batches()
 
     # -- state -----------------------------------------------------------------------------
     def snapshot(self) -> bytes:
@@ -798,9 +832,16 @@ class PatternOperator:
         for k, ks in self._keys.items():
             keys.append([list(k) if isinstance(k, tuple) else k,
                          [ks.rows, ks.times, ks.bits, ks.base, ks.last, ks.next, ks.done,
-                          None if ks.att is None else ks.att.dump()]])
+                          None if ks.att is None else ks.att.dump(), ks.pos]])
+        queued = None
+        if self._queue is not None and self._queue.num_rows:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self._queue.schema) as w:
+                w.write_table(self._queue)
+            queued = sink.getvalue().to_pybytes()
         return serde.packb({"format": "epic.pattern/1", "watermark": self._wm, "keys": keys,
-                            "dropped": self.dropped_rows})
+                            "dropped": self.dropped_rows, "queued": queued,
+                            "rows_in": self._rows_in})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpackb(data)
@@ -808,10 +849,15 @@ class PatternOperator:
             raise StateError(f"node {self.cfg.node!r}: not a pattern snapshot (epic.pattern/1)")
         self._wm = st["watermark"]
         self.dropped_rows = st["dropped"]
+        queued = st.get("queued")   # absent in snapshots of epic before the output queue
+        self._queue = None if queued is None else pa.ipc.open_stream(queued).read_all()
+        self._rows_in = int(st.get("rows_in", 0))
         self._keys = {}
-        for k, (rows, times, bits, base, last, nxt, done, att) in st["keys"]:
+        for k, (rows, times, bits, base, last, nxt, done, att, *pos) in st["keys"]:
             ks = _Key(self.n)
             ks.rows, ks.times, ks.bits = rows, times, bits
+            # (snapshots before the output queue have no positions: ties then by key order)
+            ks.pos = list(pos[0]) if pos else [0] * len(rows)
             ks.base, ks.last, ks.next, ks.done = base, last, nxt, done
             if att is not None:
                 a = _Attempt(att[0], att[1], self.n)
