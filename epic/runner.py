@@ -325,6 +325,9 @@ def run(topology: Topology, *, clock: Callable[[], int] = _time.time_ns, progres
                 collected[n.name] = tab
         late = getattr(op, "late_rows", 0) if op is not None else 0
         engine.stats[n.name].late_rows = int(late or 0)
+        dropped = getattr(op, "dropped_rows", None) if op is not None else None
+        if dropped is not None:
+            engine.stats[n.name].extra["dropped_rows"] = int(dropped)
         if isinstance(n, SourceNode):
             engine.stats[n.name].extra.update(engine.readers[n.name].stats)
             reo = engine.reorderers.get(n.name)
@@ -365,6 +368,9 @@ def _notes(result: RunResult) -> list[str]:
                      if s.extra.get("late_file") else "")
             notes.append(f"[yellow]node {s.name!r}: {s.late_rows} late row(s) (behind the "
                          f"watermark): counted{where}, see the node's late policy[/yellow]")
+        if s.extra.get("dropped_rows"):
+            notes.append(f"[yellow]node {s.name!r}: {s.extra['dropped_rows']} row(s) older than "
+                         "their key's previous row dropped (out_of_order='drop')[/yellow]")
         bad = s.extra.get("bad_lines")
         if bad:
             notes.append(f"[yellow]source {s.name!r}: {sum(bad.values())} bad line(s) "

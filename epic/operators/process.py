@@ -254,6 +254,11 @@ class OperatorProcess:
         """The user operator's watermark hold, if it declares one."""
         return getattr(self.op, "output_watermark", None)
 
+    @property
+    def dropped_rows(self) -> int | None:
+        """Rows the user operator dropped and counted (a pattern's ``out_of_order='drop'``)."""
+        return getattr(self.op, "dropped_rows", None)
+
     def on_end(self) -> list[pa.RecordBatch]:
         return self._out(self.op.on_end())
 

@@ -116,6 +116,10 @@ def register(app: typer.Typer) -> None:
             if n:
                 err.print(f"node {name!r}: {n} late row(s) (behind the watermark): counted, "
                           "see the node's late policy", highlight=False, markup=False)
+        for name, n in (result.status.get("dropped_rows") or {}).items():
+            if n:
+                err.print(f"node {name!r}: {n} row(s) older than their key's previous row "
+                          "dropped (out_of_order='drop')", highlight=False, markup=False)
 
     @app.command()
     def pack(output: Path = typer.Option(Path("epic-env.tar.gz"), "--output", "-o",

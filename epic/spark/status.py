@@ -14,7 +14,7 @@ import time as _time
 from epic.errors import EpicError
 from epic.spark import trace
 from epic.topics import Topic
-from epic.topology import SinkNode, WindowNode
+from epic.topology import ProcessNode, SinkNode, WindowNode
 
 __all__ = ["Stats", "read_status", "request_stop", "status_table", "STATUS", "STOP"]
 
@@ -224,7 +224,7 @@ class Stats:
 
     def doc(self, state: str, elapsed: float, error: str | None = None) -> dict:
         from epic.spark.offsets import offsets_from_progress, source_late_rows
-        from epic.spark.tasks import node_late_rows
+        from epic.spark.tasks import node_dropped_rows, node_late_rows
 
         plan = self.plan
         nodes = {}
@@ -253,18 +253,22 @@ class Stats:
                 "ended": state == "finished" or (bool(offs) and all(o.eos for o in offs)),
                 "active": bool(q.isActive),
             }
-        late = {}
+        late, dropped = {}, {}
         if state != "running":
             # rows behind the watermark, per window node (the clock's counts in the snapshots)
             for n in plan.t.nodes.values():
                 if isinstance(n, WindowNode):
                     late[n.name] = node_late_rows(plan.state_dir(n))
+                elif isinstance(n, ProcessNode):   # a pattern's out-of-order rows dropped
+                    d = node_dropped_rows(plan.state_dir(n))
+                    if d is not None:
+                        dropped[n.name] = d
             # rows behind a slack/punctuation source's watermark (counted by its planner)
             for name in self.queries:
                 late.update(source_late_rows(self.last.get(name)))
         return {"topology": plan.t.name, "state": state, "pid": os.getpid(),
                 "elapsed_s": round(elapsed, 3), "updated": _time.time(), "error": error,
-                "nodes": nodes, "late_rows": late}
+                "nodes": nodes, "late_rows": late, "dropped_rows": dropped}
 
 
 def status_table(doc: dict):

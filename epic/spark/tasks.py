@@ -310,11 +310,9 @@ def node_marker(state_dir: str, batch_id: int) -> tuple[int | None, bool] | None
     return (None if any(w is None for w in wms) else min(wms)), all(e for _, e in marks)
 
 
-def node_late_rows(state_dir: str) -> int:
-    """Rows a window node found late, over all its partitions (from their newest snapshots;
-    each partition counts the late rows of its own keys)."""
+def _operator_states(state_dir: str):
+    """Each partition's operator state (a dict) from its newest snapshot."""
     fs, root = resolve_filesystem(state_dir)
-    total = 0
     for fi in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
         if fi.type != pafs.FileType.Directory or not fi.base_name[1:].isdigit():
             continue
@@ -323,8 +321,26 @@ def node_late_rows(state_dir: str) -> int:
             continue
         op = serde.unpackb(snap).get("op")
         st = serde.unpackb(op) if op else None
-        if isinstance(st, dict) and isinstance(st.get("clock"), dict):
-            total += int(st["clock"].get("late_rows") or 0)
+        if isinstance(st, dict):
+            yield st
+
+
+def node_late_rows(state_dir: str) -> int:
+    """Rows a window node found late, over all its partitions (from their newest snapshots;
+    each partition counts the late rows of its own keys)."""
+    return sum(int(st["clock"].get("late_rows") or 0) for st in _operator_states(state_dir)
+               if isinstance(st.get("clock"), dict))
+
+
+def node_dropped_rows(state_dir: str) -> int | None:
+    """Rows a pattern node dropped (``out_of_order='drop'``), over all its partitions; None
+    for a process node that counts none."""
+    total = None
+    for st in _operator_states(state_dir):
+        inner = st.get("op")
+        inner = serde.unpackb(inner) if isinstance(inner, bytes) else None
+        if isinstance(inner, dict) and inner.get("format") == "epic.pattern/1":
+            total = (total or 0) + int(inner.get("dropped") or 0)
     return total
 
 
