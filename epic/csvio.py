@@ -19,8 +19,8 @@ Two modes:
   :class:`ReadStats`; nothing is dropped silently, and the totals are logged at the end.
 
 A bad line has one of the reasons in :data:`REASONS`. Lines end with ``\\n`` or ``\\r\\n``; values
-must not contain line breaks (a quoted newline makes rows and lines disagree, and such lines are
-reported as bad). Files ending in ``.gz`` (or another codec pyarrow detects) are decompressed on the
+must not contain line breaks (a quoted newline makes rows and lines disagree: the line where the
+quoted field opens is reported as bad, ``quoted_newline``). Files ending in ``.gz`` (or another codec pyarrow detects) are decompressed on the
 fly. Example::
 
     schema = pa.schema([pa.field("sid", pa.int32(), nullable=False),
@@ -64,6 +64,7 @@ __all__ = [
     "OUT_OF_RANGE",
     "MISSING_VALUE",
     "INVALID_UTF8",
+    "QUOTED_NEWLINE",
     "REASONS",
     "DEAD_LETTER_COLUMNS",
     "BadLine",
@@ -94,9 +95,12 @@ OUT_OF_RANGE = "out_of_range"
 MISSING_VALUE = "missing_value"
 #: The line is not valid UTF-8.
 INVALID_UTF8 = "invalid_utf8"
+#: A quoted field is not closed on its line: a value with a line break, which epic does not read
+#: (rows are lines), or a stray quote.
+QUOTED_NEWLINE = "quoted_newline"
 
 REASONS = (EMPTY_LINE, COLUMN_COUNT, TRUNCATED_LINE, INVALID_VALUE, OUT_OF_RANGE, MISSING_VALUE,
-           INVALID_UTF8)
+           INVALID_UTF8, QUOTED_NEWLINE)
 
 #: Header of every dead-letter file.
 DEAD_LETTER_COLUMNS = ("line", "reason", "text")
@@ -603,6 +607,15 @@ class CsvBatchReader:
                                    doublequote=True, strict=False))
         return text.split(self._delimiter)
 
+    def _open_quote(self, text: str) -> bool:
+        """True when ``text`` ends inside a quoted field (the quote closes on a later line)."""
+        try:
+            next(csv.reader([text], delimiter=self._delimiter, quotechar=self._quote_char,
+                            doublequote=True, strict=True))
+        except csv.Error as exc:
+            return "unexpected end of data" in str(exc)
+        return False
+
     def _careful(self, block: _Block, *, final_block: bool) -> Iterator[pa.Table | BadLine]:
         """Classify each line of a small block; convert the good ones with pyarrow."""
         raws = block.data.split(b"\n")
@@ -637,6 +650,9 @@ class CsvBatchReader:
             return INVALID_UTF8, f"not UTF-8 ({exc.reason} at byte {exc.start})", None, None
         if "\r" in text:
             return INVALID_VALUE, "stray carriage return inside the line", None, None
+        if self._quote_char is not None and self._quote_char in text and self._open_quote(text):
+            return (QUOTED_NEWLINE, "a quoted field is not closed on this line: values with line "
+                    "breaks are not read (each line is one row)", None, None)
         fields = self._split(text)
         if len(fields) != ncols:
             if unterminated and len(fields) < ncols:
@@ -943,6 +959,29 @@ class CsvWriter:
             sink.write(header_line(names, self._delimiter))
         return sink
 
+    def _quoted_rows(self, table: pa.Table) -> bytes:
+        """The CSV text of a table some of whose strings need quotes: each column as the text
+        pyarrow's writer gives it (its cast to string), a value quoted (quotes doubled) when it
+        holds the delimiter, a quote, ``\\r`` or ``\\n``. (Python's csv module leaves a lone
+        ``\\r`` unquoted when lines end with ``\\n``: no reader then sees one row.)"""
+        specials = self._delimiter + '"\r\n'
+        cols = []
+        for col in table.columns:
+            if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                col = pc.cast(col, pa.string())
+            cols.append(col.to_pylist())
+        delim = self._delimiter
+
+        def field(v):
+            if v is None:
+                return ""
+            if any(c in v for c in specials):
+                return '"' + v.replace('"', '""') + '"'
+            return v
+
+        return "".join(delim.join(field(v) for v in row) + "\n"
+                       for row in zip(*cols)).encode("utf-8")
+
     def _quoting_needed(self, table: pa.Table) -> bool:
         # Look for the delimiter, a quote or a line break in the string columns' bytes (memchr
         # speed) instead of a regex per value; only a hit pays for the exact per-value check.
@@ -1037,11 +1076,7 @@ class CsvWriter:
             else:
                 pacsv.write_csv(table, self._sink, write_options=options)
         else:
-            text = io.StringIO()
-            writer = csv.writer(text, delimiter=self._delimiter, lineterminator="\n")
-            for row in zip(*(col.to_pylist() for col in table.columns)):
-                writer.writerow(["" if v is None else v for v in row])
-            self._sink.write(text.getvalue().encode("utf-8"))
+            self._sink.write(self._quoted_rows(table))
         if not self._hold_rows:
             self._sink.flush()   # every write reaches the file (epic.directio stages blocks)
         self._rows += table.num_rows

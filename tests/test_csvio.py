@@ -465,3 +465,55 @@ def test_an_empty_line_is_never_a_row(tmp_path, schema, where):
     rows = _rows(read_csv_batches(path, schema, mode="lenient", dead_letter=dead))
     assert len(rows) == 4
     assert [(int(r["line"]), r["reason"]) for r in _dead_letter(dead)] == [(at + 1, "empty_line")]
+
+
+STRINGS = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                     pa.field("ts", pa.int64(), nullable=False), pa.field("s", pa.string())])
+
+
+@pytest.mark.parametrize("lines", [
+    ['1,10,"x', '2,20,y"'],            # both halves parse as rows on their own
+    ['1,10,"a', 'b"'],
+    ['1,10,"x', '', '2,20,y"'],
+])
+@pytest.mark.parametrize("before", [0, 3000])   # the careful pass of a small or a split block
+def test_a_value_with_a_line_break_is_never_read_as_rows(tmp_path, lines, before):
+    """Rows are lines: a quoted field that opens on one line and closes on a later one is a bad
+    line (quoted_newline) at the line where it opens, in strict mode an InputError there; never
+    two silently misread rows."""
+    head = [f"{i},{i},s{i}" for i in range(before)]
+    path = _write(tmp_path, "\n".join(head + lines + ["9,99,z"]) + "\n")
+    at = before + 1
+    with pytest.raises(InputError, match=f"line {at}: quoted_newline"):
+        _rows(read_csv_batches(str(path), STRINGS))
+    dead = tmp_path / "dead.csv"
+    reader = read_csv_batches(str(path), STRINGS, mode="lenient", dead_letter=str(dead))
+    rows = _rows(reader)
+    bad = [(int(r["line"]), r["reason"]) for r in _dead_letter(dead)]
+    assert bad[0] == (at, "quoted_newline")
+    assert not any("\n" in (r[2] or "") for r in rows)
+    assert rows[-1] == (9, 99, "z") and len(rows) + len(bad) == before + len(lines) + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=st.lists(st.one_of(st.none(), st.text(alphabet=st.sampled_from(
+    list('ab,;"\r\n é')), max_size=6)), min_size=1, max_size=8),
+       delimiter=st.sampled_from([",", ";", "\t"]))
+def test_written_rows_read_back_with_any_special_character(tmp_path_factory, texts, delimiter):
+    """A string holding the delimiter, a quote, \\r or \\n is quoted (quotes doubled), so any CSV
+    reader sees one row per table row; the other columns' text is what the unquoted path writes
+    for them (pyarrow's formatting: 1e+16, true, 0.1)."""
+    d = tmp_path_factory.mktemp("w")
+    n = len(texts)
+    nums = {"i": pa.array(range(n), pa.int64()),
+            "f": pa.array([0.1 * i + 1e16 * (i % 2) for i in range(n)], pa.float64()),
+            "b": pa.array([i % 3 == 0 for i in range(n)], pa.bool_())}
+    write_csv(d / "q.csv", pa.table({**nums, "s": pa.array(texts, pa.string())}),
+              delimiter=delimiter)
+    write_csv(d / "plain.csv", pa.table(nums), delimiter=delimiter)
+    with open(d / "q.csv", newline="", encoding="utf-8") as f:
+        got = list(csv.reader(f, delimiter=delimiter))
+    plain = (d / "plain.csv").read_text().splitlines()
+    assert len(got) == n + 1 and got[0] == ["i", "f", "b", "s"]
+    assert [r[3] for r in got[1:]] == ["" if t is None else t for t in texts]
+    assert [delimiter.join(r[:3]) for r in got[1:]] == plain[1:]
