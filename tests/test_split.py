@@ -252,3 +252,41 @@ def test_parallel_round_robin_with_combine_equals_single_window():
         return sorted(tuple(r.values()) for r in tab.to_pylist())
 
     assert build(True) == build(False)
+
+
+def _split_topology(query, schemas=None):
+    rows = [{"sid": i % 2, "ts": i, "v": float(i)} for i in range(6)]
+    t = epic.Topology("split_tuples")
+    s = t.source("src", epic.iterator_source(rows, schema={"sid": "int64", "ts": "int64",
+                                                           "v": "float64"},
+                                             time="ts", unit="s"))
+    a, b = t.splitstream("split", s, 2, query, schemas=schemas)
+    t.sink("a", a, epic.collect_sink())
+    t.sink("b", b, epic.collect_sink())
+    return t
+
+
+def test_a_returned_tuple_names_every_column_and_its_event_time():
+    """A dict returned by a row query is the tuple sent: a missing column (the event time
+    included) stops the run naming the split node, the output and the fixes, instead of a
+    column of nulls that a window downstream would refuse without naming the split."""
+    import pytest
+
+    from epic.errors import NodeFailure
+
+    ok = epic.run(_split_topology(lambda i, r: {"sid": r["sid"], "ts": r["ts"], "v": -r["v"]}
+                                  if i == 0 else r["sid"] == 1))
+    assert ok.collected["a"].column("v").to_pylist() == [-float(i) for i in range(6)]
+    assert ok.collected["b"].column("ts").to_pylist() == [1, 3, 5]
+    with pytest.raises(NodeFailure, match=r"node 'split'.*output 0: a returned tuple lacks "
+                                          r"'ts'.*schemas=\[\.\.\.\].*True"):
+        epic.run(_split_topology(lambda i, r: {"sid": r["sid"], "v": r["v"]} if i == 0 else True))
+    with pytest.raises(NodeFailure, match=r"output 1: a returned tuple has 'w' not in the output"):
+        epic.run(_split_topology(lambda i, r: {**r, "w": 1} if i == 1 else True))
+    with pytest.raises(NodeFailure, match=r"output 0: 6 tuple\(s\) with a null event time 'ts'"):
+        epic.run(_split_topology(lambda i, r: {**r, "ts": None} if i == 0 else True))
+    # a declared output schema: tuples of its columns, nulls given as None
+    t = _split_topology(lambda i, r: {"sid": r["sid"], "ts": r["ts"], "w": None} if i == 0
+                        else True, schemas=[{"sid": "int64", "ts": "int64", "w": "float64"},
+                                            {"sid": "int64", "ts": "int64", "v": "float64"}])
+    assert epic.run(t).collected["a"].column("w").null_count == 6

@@ -103,7 +103,8 @@ def _process(node, **_):
 @register(SplitNode)
 def _split(node, **_):
     return SplitOperator(node.query, node.n, node.input.schema,
-                         [o.schema for o in node.outputs], node=node.name)
+                         [o.schema for o in node.outputs], node=node.name,
+                         times=[o.time for o in node.outputs])
 
 
 @register(MergeNode)

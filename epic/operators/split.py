@@ -39,7 +39,9 @@ class SplitOperator:
     """
 
     def __init__(self, query: SplitQuery, n: int, input_schema: pa.Schema,
-                 output_schemas: Sequence[pa.Schema], *, node: str = "split"):
+                 output_schemas: Sequence[pa.Schema], *, node: str = "split",
+                 times: Sequence[str | None] | None = None):
+        self.times = list(times) if times is not None else [None] * n
         self.query = as_query(query)
         self.n = n
         self.input_schema = input_schema
@@ -140,11 +142,37 @@ class SplitOperator:
                 continue
             schema = self.output_schemas[i]
             user = schema.remove(schema.get_field_index(ENTRY_COLUMN)) if self.entry else schema
+            self._check_tuples(i, outs[i], user)
             b = pa.RecordBatch.from_pylist(outs[i], schema=user)
+            t = self.times[i]
+            if t is not None and b.column(t).null_count:
+                raise ValueError(
+                    f"output {i}: {b.column(t).null_count} tuple(s) with a null event time "
+                    f"{t!r}; return it in every tuple, or True to send the row unchanged")
             if self.entry:
                 b = b.append_column(ENTRY_COLUMN, pa.array(ents[i], type=pa.int64()))
             result.append([b])
         return result
+
+    @staticmethod
+    def _check_tuples(i: int, rows: list, schema: pa.Schema) -> None:
+        """A returned tuple names every column of the output (None for a null): a missing one
+        would silently become a column of nulls."""
+        names = schema.names
+        for r in rows:
+            if len(r) != len(names) or any(n not in r for n in names):
+                missing = [n for n in names if n not in r]
+                extra = [k for k in r if k not in names]
+                what = []
+                if missing:
+                    what.append(f"lacks {', '.join(map(repr, missing))}")
+                if extra:
+                    what.append(f"has {', '.join(map(repr, extra))} not in the output")
+                raise ValueError(
+                    f"output {i}: a returned tuple {' and '.join(what)} (the output's columns: "
+                    f"{', '.join(names)}); return every column (None for a null), declare the "
+                    "output's columns with splitstream(..., schemas=[...]), or return True to "
+                    "send the row unchanged")
 
     def _split_vector(self, batch):
         q = self.query
