@@ -62,8 +62,17 @@ def to_ticks(value: Real | timedelta | Decimal, unit: str, *, what: str = "durat
         raise SpecError(f"{what} must be a number of seconds or a timedelta, got {value!r}")
     ticks = exact * per_s
     if ticks.denominator != 1:
-        raise SpecError(f"{what} {value!r} s is not a whole number of {unit} ticks")
+        shown = str(value) if isinstance(value, timedelta) else f"{value!r} s"
+        near = max(1, round(ticks))
+        raise SpecError(f"{what} {shown} is not a whole number of {unit} ticks (the stream's "
+                        f"unit): it is {float(ticks):g} ticks; give a multiple of 1 {unit}, e.g. "
+                        f"{_seconds_text(near, per_s)} s ({near} tick{'' if near == 1 else 's'})")
     return int(ticks)
+
+
+def _seconds_text(ticks: int, per_s: int) -> str:
+    """``ticks / per_s`` seconds as exact decimal text (per_s is a power of ten)."""
+    return format(Decimal(ticks) / Decimal(per_s), "f").rstrip("0").rstrip(".") or "0"
 
 
 def ticks_to_seconds(ticks: int, unit: str) -> float:

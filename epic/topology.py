@@ -90,8 +90,21 @@ class TopologyWarning(UserWarning):
     """A topology is runnable but probably not what was meant (e.g. an unused stream)."""
 
 
-def _err(node: str, field_: str, problem: str, fix: str) -> TopologyError:
+def _err(node: str, field_: str, problem: str, fix: str | None) -> TopologyError:
+    """``node 'n', field: problem. Fix: fix`` (no ``Fix:`` part when the problem says it)."""
+    if fix is None:
+        return TopologyError(f"node {node!r}, {field_}: {problem}")
     return TopologyError(f"node {node!r}, {field_}: {problem}. Fix: {fix}")
+
+
+def _fix_of(problem: str, columns) -> str | None:
+    """The fix of a spec's error: none to add when its message names one (``use ...``, ``e.g.
+    ...``, ``define ...``), else the input's columns to choose from."""
+    said = ("; use ", "e.g. ", "; define ", ": define ", "; give ", "; pass ", "; key by ", "; aggregate ",
+            "; convert ", "the input's columns", "; choose from ", "; see its documentation")
+    if any(w in problem for w in said):
+        return None
+    return f"see the docs of the call; the input has columns {', '.join(columns)}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,8 +418,7 @@ class WindowNode(Node):
             field_ = "spec" if "few_" in str(exc) or "tick" in str(exc) else "aggregates"
             if "key column" in str(exc):
                 field_ = "key"
-            raise _err(self.name, field_, str(exc), "see the message; the input has columns "
-                       f"{', '.join(s.columns)}") from exc
+            raise _err(self.name, field_, str(exc), _fix_of(str(exc), s.columns)) from exc
         schema = window_output_schema(self.spec, aggs, s.schema, key or None)
         return [self._stream(schema, self.spec.time_column, s.unit)]
 
@@ -454,7 +466,7 @@ class ExpireNode(WindowNode):
             schema = expire_output_schema(self.aggregates[self.expire_index], s.schema,
                                           self.key or None)
         except SpecError as exc:
-            raise _err(self.name, "aggregate", str(exc), "see the message") from exc
+            raise _err(self.name, "aggregate", str(exc), _fix_of(str(exc), s.columns)) from exc
         return [self._stream(schema, "expire_time", s.unit)]
 
     def describe(self):
@@ -644,8 +656,7 @@ class SinkNode(Node):
         try:
             self.sink.check(s.schema, s.time, s.unit)
         except SpecError as exc:
-            raise _err(self.name, "sink", str(exc), f"the input has columns "
-                       f"{', '.join(s.columns)}") from exc
+            raise _err(self.name, "sink", str(exc), _fix_of(str(exc), s.columns)) from exc
         return []
 
     @property

@@ -135,6 +135,35 @@ def test_rule_valid_window_parameters():
         t.window("w", s, epic.few_time(1.5, 0.5), aggregates=[epic.count()])
 
 
+def test_window_spec_errors_say_the_fix_itself():
+    """A spec's error carries its own fix (never "Fix: see the message"): the nearest whole
+    number of ticks, the merge panes=True needs, the columns to choose from, the right
+    landmark constructor."""
+    from epic.errors import SpecError
+
+    t = Topology("t")
+    s = t.source("s", epic.iterator_source([], schema=SCHEMA, time="ts", unit="ms"))
+    cases = [
+        (lambda: t.window("w1", s, epic.tumbling(0.0015), aggregates=[epic.count()]),
+         r"length 0.0015 s is not a whole number of ms ticks .*1.5 ticks; give a multiple of "
+         r"1 ms, e.g. 0.002 s \(2 ticks\)"),
+        (lambda: t.window("w2", s, epic.few_time(1, 0.5, panes=True), aggregates=[
+            epic.agg(epic.aggregate_function("s_only", init=lambda: 0, add=lambda a, e: a + e,
+                                             remove=lambda a, e: a - e, replace=True), "v")]),
+         r"panes=True needs a merge hook; define merge\(older, newer\)"),
+        (lambda: t.window("w3", s, epic.tumbling(1), aggregates=[epic.mean("nope")]),
+         r"column 'nope' is not in the input; aggregate one of its columns: sid, ts, v"),
+        (lambda: t.window("w4", s, epic.tumbling(1), key="nope", aggregates=[epic.count()]),
+         r"key column 'nope' is not in the input; key by one of its columns: sid, ts, v"),
+    ]
+    for make, message in cases:
+        with pytest.raises(TopologyError, match=message) as info:
+            make()
+        assert "see the message" not in str(info.value) and "Fix: see" not in str(info.value)
+    with pytest.raises(SpecError, match=r"e\.g\. landmark_count\(ef=1\)"):
+        epic.landmark_count(None)
+
+
 def test_rule_valid_aggregate_parameters():
     """An aggregate on a missing column, and an aggregate without remove/merge on a sliding window."""
     t = Topology("t")

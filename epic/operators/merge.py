@@ -88,8 +88,9 @@ class MergeOperator:
                 if self.late == "error":
                     raise EpicError(
                         f"merge: input {input} sent {int(late.sum())} row(s) older than its "
-                        f"frontier {self._frontier} (the merged stream was already emitted up "
-                        "to there); raise idle_after, or use late='emit' / 'drop'")
+                        f"frontier {self._frontier} (the merge releases rows in time order up "
+                        "to its frontier, so these would come after newer ones); raise "
+                        "idle_after, or use late='emit' / 'drop'")
                 if self.late == "emit":
                     out.append(batch.filter(pa.array(late)))
                 batch = batch.filter(pa.array(~late))

@@ -904,7 +904,9 @@ def to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
         return pa.array(values, type=typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
         raise SpecError(f"aggregate {name!r}: result values do not fit its declared result type "
-                        f"{typ} ({exc}); set result_type on the aggregate") from exc
+                        f"{typ} ({exc}); a user aggregate: declare a wider result_type (or "
+                        "output_type); a built-in: give it a wider column (e.g. cast to float64 "
+                        "with t.map before the window)") from exc
 
 
 def key_arrays(values: list, schema: pa.Schema, nkeys: int) -> list:

@@ -201,8 +201,9 @@ def _check_few(kind: str, spec, check_value: Callable, size: Callable) -> None:
             check_value(what, v)
     if spec.length is None:
         if spec.ef is None:
+            example = "landmark_count(ef=1)" if kind == "few_count" else "landmark(ef=1)"
             raise SpecError(f"{kind}: a landmark window (length=None) needs ef, the emit "
-                            "frequency, e.g. landmark(ef=1)")
+                            f"frequency, e.g. {example}")
         return
     if spec.stride is None:
         raise SpecError(f"{kind}: stride is required (use tumbling() for stride=length)")
@@ -439,7 +440,9 @@ def choose_mode(spec: AggSpec, window: WindowSpec, grid: Grid) -> str:
     want_panes = getattr(window, "panes", None)
     if want_panes is True:
         if not a.has_merge:
-            raise SpecError(f"aggregate {spec.name!r}: panes=True needs a merge hook")
+            raise SpecError(f"aggregate {spec.name!r}: panes=True needs a merge hook; define "
+                            "merge(older, newer) on the aggregate, or leave panes unset (its "
+                            "remove hook then runs)")
         return "pane"
     if a.has_remove and (want_panes is False or not a.has_merge
                          or grid.E is None or grid.S <= grid.E):
@@ -465,21 +468,22 @@ def key_tuple(key) -> tuple[str, ...]:
 def check_columns(schema: pa.Schema, time: str, keys: tuple, aggs: Sequence[AggSpec]):
     names = schema.names
     if time not in names:
-        raise SpecError(f"event-time column {time!r} is not in the input (columns: "
-                        f"{', '.join(names)})")
+        raise SpecError(f"event-time column {time!r} is not in the input; the input's "
+                        f"columns: {', '.join(names)}")
     t = schema.field(time).type
     if not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
         raise SpecError(f"event-time column {time!r} must be an integer column, not {t}; convert "
                         "times to integer ticks at the source (never floats)")
     for k in keys:
         if k not in names:
-            raise SpecError(f"key column {k!r} is not in the input (columns: {', '.join(names)})")
+            raise SpecError(f"key column {k!r} is not in the input; key by one of its columns: "
+                            f"{', '.join(names)}")
     seen = set(keys) | {"window_start", "window_end", "final"}
     for a in aggs:
         for c in a.columns:
             if c not in names:
-                raise SpecError(f"aggregate {a.name!r}: column {c!r} is not in the input "
-                                f"(columns: {', '.join(names)})")
+                raise SpecError(f"aggregate {a.name!r}: column {c!r} is not in the input; "
+                                f"aggregate one of its columns: {', '.join(names)}")
         if a.name in seen:
             raise SpecError(f"aggregate output name {a.name!r} clashes with another output column;"
                             " pass name=... to rename it")
