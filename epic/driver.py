@@ -72,9 +72,9 @@ class NodeDriver:
         except EpicError:
             raise
         except Exception as exc:  # noqa: BLE001 - named and re-raised
-            label = self.label if self.label and what in ("on_batch", "split") else \
-                f"{type(self.op).__name__}.{what}"
-            raise NodeFailure(self.name, label, self.batch, exc) from exc
+            user = bool(self.label) and what in ("on_batch", "split")
+            label = self.label if user else f"{type(self.op).__name__}.{what}"
+            raise NodeFailure(self.name, label, self.batch, exc, user=user) from exc
 
     def rows(self, batch, input: int = 0, before=None, positions=None):
         """Rows of input ``input``; returns the operator's output (per port for a split).

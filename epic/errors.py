@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "EpicError",
     "SpecError",
@@ -67,13 +69,41 @@ class OutputError(EpicError):
         self.cause = exc
 
 
+def _user_frame(exc: BaseException) -> str | None:
+    """``function (file:line)`` of the innermost frame of ``exc``'s traceback outside epic, the
+    standard library and installed packages: the user's hook that raised, if any."""
+    import sysconfig
+
+    epic_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    skip = tuple(os.path.abspath(p) + os.sep for p in {
+        sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        f = os.path.abspath(code.co_filename)
+        if not f.startswith(epic_dir) and not f.startswith(skip) and not f.startswith("<frozen"):
+            found = f"{code.co_name} ({code.co_filename}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return found
+
+
 class NodeFailure(EpicError):
     """A user function inside a node raised. Names the node, the function and the batch."""
 
-    def __init__(self, node: str, function: str, batch: object, cause: BaseException):
+    def __init__(self, node: str, function: str, batch: object, cause: BaseException, *,
+                 user: bool = True):
+        if user:
+            what = f"user function {function}"
+            tail = ""
+        else:   # epic's operator method: the cause may be a user hook it called (an aggregate's)
+            what = f"operator {function}"
+            where = _user_frame(cause)
+            tail = (f"; raised in {where}" if where else
+                    "; raised in epic's own code (the traceback: --debug)")
         super().__init__(
-            f"node {node!r}: user function {function} raised {type(cause).__name__}: {cause}"
-            f" (input batch {batch})"
+            f"node {node!r}: {what} raised {type(cause).__name__}: {cause}"
+            f" (input batch {batch}){tail}"
         )
         self.node = node
         self.function = function

@@ -201,6 +201,25 @@ def test_user_function_errors_name_the_node():
         epic.run(t)
 
 
+def test_an_aggregate_hook_raising_names_the_window_operator_and_the_hook():
+    """A user aggregate's hook raising inside a window: the failure names the node, epic's
+    operator (not as a user function) and the user's frame that raised (function, file, line)."""
+    def add(state, e):
+        return state + 1 / 0
+
+    bad = epic.aggregate_function("bad_add", init=lambda: 0, add=add,
+                                  remove=lambda s, e: s, replace=True)
+    t = epic.Topology("e")
+    s = t.source("s", epic.iterator_source(events(5), schema=SCH, time="ts", unit="ms"))
+    w = t.window("w", s, epic.tumbling(0.002), aggregates=[epic.agg(bad, "v")], late="drop")
+    t.sink("out", w, epic.collect_sink())
+    with pytest.raises(NodeFailure, match=r"node 'w': operator WindowOperator\.on_batch raised "
+                                          r"ZeroDivisionError: .* raised in add \(.*"
+                                          r"test_runner\.py:\d+\)") as info:
+        epic.run(t)
+    assert "user function" not in str(info.value)
+
+
 def test_vectorised_and_row_forms_of_map_filter_flat_map_agree():
     """map/filter/flat_map: the per-batch and per-row forms produce the same rows."""
     import pyarrow.compute as pc

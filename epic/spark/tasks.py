@@ -344,12 +344,13 @@ def node_dropped_rows(state_dir: str) -> int | None:
     return total
 
 
-def _fn_label(node) -> str:
+def _fn_label(node) -> str | None:
+    """The user function a stateless node calls, named in a failure (None: epic's operator)."""
     for attr in ("fn", "predicate"):
         f = getattr(node, attr, None)
         if f is not None:
             return getattr(f, "__name__", type(f).__name__)
-    return f"{type(node).__name__}.on_batch"
+    return None
 
 
 def _collect(iterator) -> pa.Table | None:
