@@ -266,6 +266,22 @@ class _Engine:
             active = still
 
 
+def _refuse_written_topics(topology: Topology) -> None:
+    """A topic sink whose topic already holds the node's batches from an earlier run: a second
+    run would append a second copy after the first one's end-of-stream marker."""
+    from .errors import OutputError
+    from .sinks import TopicSink
+
+    for n in topology.topological_order():
+        if isinstance(n, SinkNode) and isinstance(n.sink, TopicSink):
+            done = n.sink.earlier_batches(n.name)
+            if done:
+                raise OutputError(n.sink.path, f"the topic already holds {done} batch(es) of "
+                                  f"node {n.name!r} from an earlier run", what=f"sink {n.name!r}",
+                                  fix="delete the topic directory or write to a new path (a run "
+                                  "does not append a second copy of its output)")
+
+
 def run(topology: Topology, *, clock: Callable[[], int] = _time.time_ns, progress: bool = False,
         summary: bool = False, console=None, validate: bool = True) -> RunResult:
     """Run ``topology`` in this process, deterministically; return counters and collected rows.
@@ -290,6 +306,7 @@ def run(topology: Topology, *, clock: Callable[[], int] = _time.time_ns, progres
     """
     if validate:
         topology.validate()
+    _refuse_written_topics(topology)
     engine = _Engine(topology, clock)
     start = _time.perf_counter()
     live = None

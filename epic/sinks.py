@@ -420,6 +420,17 @@ class TopicSink(Sink):
                                 f"writes {[f'{f.name}: {f.type}' for f in out]}; delete the topic "
                                 "or write to a new path")
 
+    def earlier_batches(self, node: str) -> int:
+        """Batches (and markers) node ``node`` has already written to the topic (0: none)."""
+        from .storage import resolve
+        from .topics import Topic
+
+        if not resolve(self.path, "topic_sink path").join("_topic.json").exists():
+            return 0
+        producer = node.replace(".", "_")
+        return len({s.batch_id for s in Topic.open(self.path).segments()
+                    if s.producer == producer})
+
     def open(self, schema, time, unit, node):
         from .topics import Topic
 

@@ -120,6 +120,31 @@ def test_csv_sink_exact_columns_and_formatting(tmp_path):
     assert (tmp_path / "o.csv").read_text() == "10753295594424116,1,0.3333\n"
 
 
+def test_a_second_run_into_a_written_topic_is_refused_before_it_runs(tmp_path):
+    """epic run into a topic that already holds the node's output from an earlier run: refused
+    (an OutputError naming the sink, the path and the fix) before any node runs, the topic left
+    as it was; another node (producer) may still write to it."""
+    from epic.errors import OutputError
+    from epic.topics import Topic
+
+    def topo(sink_name, out):
+        t = epic.Topology("w")
+        s = t.source("s", epic.iterator_source(events(20), schema=SCH, time="ts", unit="ms"))
+        t.sink(sink_name, s, epic.topic_sink(tmp_path / "topic"))
+        t.sink("mark", s, epic.csv_sink(out))
+        return t
+
+    epic.run(topo("tp", tmp_path / "a.csv"))
+    before = sorted(s.seq for s in Topic.open(tmp_path / "topic").segments())
+    with pytest.raises(OutputError, match=r"topic: sink 'tp': the topic already holds \d+ "
+                                          r"batch\(es\) of node 'tp' from an earlier run.*Fix: "
+                                          r"delete the topic directory"):
+        epic.run(topo("tp", tmp_path / "b.csv"))
+    assert not (tmp_path / "b.csv").exists()
+    assert sorted(s.seq for s in Topic.open(tmp_path / "topic").segments()) == before
+    epic.run(topo("tp2", tmp_path / "c.csv"))   # another producer of the same topic
+
+
 def test_parquet_and_topic_round_trip(tmp_path):
     """Parquet and topic sinks feed Parquet and topic sources with the same rows."""
     rows = events(50)
