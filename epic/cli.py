@@ -124,8 +124,9 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
         for var, t in found.items():
             if name in (var, t.name):
                 return t
-        raise TopologyError(f"{path}: no topology named {name!r}; found: "
-                            f"{', '.join(f'{v} ({t.name})' for v, t in found.items()) or 'none'}")
+        have = ", ".join(f"{t.name!r} (variable {v})" for v, t in found.items()) or "none"
+        raise TopologyError(f"{path}: no topology named {name!r}; found: {have}. Fix: --name "
+                            "takes a topology's name or its module-level variable")
     unique = {id(t): t for t in found.values()}
     if not unique:
         raise TopologyError(f"{path}: no module-level epic.Topology found; build one at module "

@@ -155,7 +155,8 @@ def test_discovery_by_name(tmp_path):
         load_topology(p)
     assert load_topology(p, "flow").name == "tiny"
     assert load_topology(p, "second").name == "second"
-    with pytest.raises(TopologyError, match="found: flow \\(tiny\\), second \\(second\\)"):
+    with pytest.raises(TopologyError, match="found: 'tiny' \\(variable flow\\), 'second' "
+                                            "\\(variable second\\). Fix: --name takes"):
         load_topology(p, "third")
 
 
