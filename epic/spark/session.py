@@ -59,6 +59,16 @@ logger.aqe.level = error
 logger.aqe_old.name = org.apache.spark.sql.execution.streaming.ResolveWriteToStream
 logger.aqe_old.level = error
 
+# "Note that spark.local.dir will be overridden by the value set by the cluster manager (via
+# SPARK_LOCAL_DIRS ...)": epic sets spark.local.dir for the sessions it starts (its driver-local
+# scratch space, docs/deploy.md); only this line of SparkConf is dropped.
+logger.sparkconf.name = org.apache.spark.SparkConf
+logger.sparkconf.level = warn
+logger.sparkconf.filter.localdir.type = RegexFilter
+logger.sparkconf.filter.localdir.regex = .*spark.local.dir will be overridden.*
+logger.sparkconf.filter.localdir.onMatch = DENY
+logger.sparkconf.filter.localdir.onMismatch = NEUTRAL
+
 # "Unable to load native-hadoop library for your platform... using builtin-java classes".
 logger.native.name = org.apache.hadoop.util.NativeCodeLoader
 logger.native.level = error
