@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 from typer.testing import CliRunner
 
 from epic.cli import app
@@ -109,3 +111,24 @@ def test_lock_holder_sees_a_lock_only_while_it_is_held(tmp_path):
         lock.release()
     assert lock_holder(str(tmp_path)) is None
     WorkdirLock(str(tmp_path)).acquire().release()   # free for the next deploy
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("spark.epic.startingQueries=abc", r"spark.epic.startingQueries='abc': expected a whole"),
+    ("spark.epic.backgroundNice=high", r"spark.epic.backgroundNice='high': expected a nice"),
+    ("spark.epic.splitSeconds=-3", r"spark.epic.splitSeconds='-3': expected seconds"),
+    ("spark.epic.sourceFirst=perhaps", r"spark.epic.sourceFirst='perhaps': expected true or"),
+    ("spark.epic.sourcefirst=true", r"spark.epic.sourcefirst: not a setting of epic's; epic "
+                                    r"reads spark.epic.startingQueries"),
+])
+def test_a_bad_epic_setting_is_refused_before_anything_is_written(tmp_path, setting, message):
+    """`epic deploy --conf spark.epic.X=...`: an unknown epic key or a bad value stops the
+    deploy at once (exit 1, the key named) and leaves no work directory behind."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    wd = tmp_path / "wd"
+    r = CliRunner().invoke(app, ["deploy", os.path.join(root, "topologies", "sensor_averages.py"),
+                                 "-w", str(wd), "--no-progress", "--conf", setting,
+                                 "-p", f"out={tmp_path / 'out'}"])
+    assert r.exit_code == 1, r.output
+    assert re.search(message, r.output), r.output
+    assert not wd.exists() and not (tmp_path / "out").exists()

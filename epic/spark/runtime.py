@@ -334,6 +334,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     topology.validate(warn=False)
     if archive and spark is not None:
         raise EpicError("archive= applies to a session the deploy starts; pass spark=None")
+    check_epic_conf(conf)   # before anything is written
     wd = _check_workdir(workdir)
     driver = _driver_dir(wd, checkpoint_dir)
     from epic.preflight import check_output_paths
@@ -465,6 +466,41 @@ def _split_seconds(spark) -> float | None:
         raise EpicError(f"--conf {SPLIT_SECONDS_CONF}={v!r}: expected seconds (0 or more, "
                         "'inf' for the last micro-batch only), e.g. 10") from None
     return f
+
+
+def check_epic_conf(conf) -> None:
+    """Refuse an unknown ``spark.epic.*`` key or a bad value of a known one in ``--conf``
+    settings, naming it, before the deploy writes anything (a misspelt key would be ignored)."""
+    from epic.spark.launcher import Launcher
+    from epic.spark.planner import (BACKGROUND_NICE_CONF, BRANCH_TASKS_CONF, SOURCE_FIRST_CONF,
+                                    SPLIT_SECONDS_CONF)
+
+    known = (Launcher.STARTING_CONF, BACKGROUND_NICE_CONF, BRANCH_TASKS_CONF, SOURCE_FIRST_CONF,
+             SPLIT_SECONDS_CONF)
+    conf = dict(conf or {})
+    for k in conf:
+        if k.startswith("spark.epic.") and k not in known:
+            raise EpicError(f"--conf {k}: not a setting of epic's; epic reads {', '.join(known)} "
+                            "(docs/deploy.md)")
+
+    class _Given:   # the settings, read the way a session's (spark.conf.get) are
+        @staticmethod
+        def get(key, default=None):
+            return conf.get(key, default)
+
+    given = _Given()
+    given.conf = given
+    _background_nice(given)
+    _split_seconds(given)
+    _flag(conf.get(BRANCH_TASKS_CONF), BRANCH_TASKS_CONF)
+    _flag(conf.get(SOURCE_FIRST_CONF), SOURCE_FIRST_CONF)
+    v = conf.get(Launcher.STARTING_CONF)
+    if v is not None and str(v).strip():
+        try:
+            int(v)
+        except ValueError:
+            raise EpicError(f"--conf {Launcher.STARTING_CONF}={v!r}: expected a whole number "
+                            "of queries, e.g. 2") from None
 
 
 def _flag(value, name: str) -> bool | None:
