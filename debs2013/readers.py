@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -644,17 +644,33 @@ class Shot:
     line: int
 
 
+def _known_player(name: str, players, path, line: int | None) -> str:
+    """``name`` if it is one of ``players`` (None: the default metadata's), else InputError."""
+    if players is None:
+        players = {p.name for p in read_metadata().players}
+    if name not in players:
+        raise InputError(f"player {name!r} is not in the metadata (after the spelling repairs "
+                         f"of normalize_name); its players: {', '.join(sorted(players))}",
+                         path=str(path), line=line, field="player", value=name)
+    return name
+
+
 def read_shots(path: str | os.PathLike[str], half: int, *,
                clock: str | Mapping[int, int] = "A",
-               first_end_ps: int | None = None) -> tuple[Shot, ...]:
+               first_end_ps: int | None = None,
+               players: Collection[str] | None = None) -> tuple[Shot, ...]:
     """The annotated shots of a ``Shot on Goal`` file, in file order.
 
     For clock options B and C, ``first_end_ps`` is the half's first interruption End (the real
-    files' value when omitted).
+    files' value when omitted). ``players``: the names a shooter may have (default: the players
+    of the shared metadata); another name is an :class:`InputError` naming the file and line.
     """
     offset = clock_offset(half, clock, first_end_ps)
-    return tuple(Shot(normalize_name(r.name), _to_ts(r.t_ps, half, offset), r.t_ps, half,
-                      r.event_id, r.line) for r in read_annotation_rows(path))
+    if players is None:
+        players = {p.name for p in read_metadata().players}
+    return tuple(Shot(_known_player(normalize_name(r.name), players, path, r.line),
+                      _to_ts(r.t_ps, half, offset), r.t_ps, half, r.event_id, r.line)
+                 for r in read_annotation_rows(path))
 
 
 @dataclass(frozen=True)
@@ -678,13 +694,17 @@ class Possession:
 
 def read_possession(path: str | os.PathLike[str], half: int, *,
                     clock: str | Mapping[int, int] = "A",
-                    first_end_ps: int | None = None) -> tuple[Possession, ...]:
+                    first_end_ps: int | None = None,
+                    players: Collection[str] | None = None) -> tuple[Possession, ...]:
     """The possessions of one ``Ball Possession`` file, paired Begin/End by order.
 
     Raises:
-        InputError: rows that do not alternate Begin/End, or an unmatched row.
+        InputError: rows that do not alternate Begin/End, an unmatched row, or a player not
+            among ``players`` (default: the players of the shared metadata).
     """
     offset = clock_offset(half, clock, first_end_ps)
+    if players is None:
+        players = {p.name for p in read_metadata().players}
     out: list[Possession] = []
     open_row: AnnotationRow | None = None
     for row in read_annotation_rows(path):
@@ -692,7 +712,8 @@ def read_possession(path: str | os.PathLike[str], half: int, *,
         if kind == "begin" and open_row is None:
             open_row = row
         elif kind == "end" and open_row is not None:
-            player = normalize_name(open_row.name.rsplit(None, 1)[0])
+            player = _known_player(normalize_name(open_row.name.rsplit(None, 1)[0]), players,
+                                   path, open_row.line)
             out.append(Possession(player, _to_ts(open_row.t_ps, half, offset),
                                   _to_ts(row.t_ps, half, offset), half, open_row.line, row.line))
             open_row = None
@@ -705,9 +726,16 @@ def read_possession(path: str | os.PathLike[str], half: int, *,
 
 
 def read_possession_dir(directory: str | os.PathLike[str], half: int, *,
-                        clock: str | Mapping[int, int] = "A") -> dict[str, tuple[Possession, ...]]:
-    """Every ``<Player>.csv`` in a ``Ball Possession/<half>`` directory, keyed by metadata name."""
+                        clock: str | Mapping[int, int] = "A",
+                        players: Collection[str] | None = None
+                        ) -> dict[str, tuple[Possession, ...]]:
+    """Every ``<Player>.csv`` in a ``Ball Possession/<half>`` directory, keyed by metadata name
+    (a file named after nobody in ``players``, default the shared metadata's, is an
+    :class:`InputError`)."""
+    if players is None:
+        players = {p.name for p in read_metadata().players}
     out = {}
     for path in sorted(Path(directory).glob("*.csv")):
-        out[normalize_name(path.stem)] = read_possession(path, half, clock=clock)
+        name = _known_player(normalize_name(path.stem), players, path, None)
+        out[name] = read_possession(path, half, clock=clock, players=players)
     return out

@@ -230,6 +230,28 @@ def test_real_possession_matches_statistic_counts():
     assert any(p.begin_ts == p.end_ts for p in intervals)  # single touches
 
 
+def test_a_player_unknown_to_the_metadata_stops_the_reader_at_its_line(tmp_path):
+    """A shooter or a possession file whose name is nobody in the metadata (after the spelling
+    repairs) is an InputError naming the file, the line and the name, not a row for a player no
+    query knows."""
+    shots = (REFEREE / "Shot on Goal" / "2nd Half.csv").read_bytes()
+    assert b"Dennis Dotterweich" in shots
+    bad = tmp_path / "2nd Half.csv"
+    bad.write_bytes(shots.replace(b"Dennis Dotterweich", b"Dennis Dotterwetch", 1))
+    line = 1 + shots[:shots.index(b"Dennis Dotterweich")].count(b"\n")
+    with pytest.raises(InputError, match=rf"2nd Half.csv:line {line}.*'Dennis Dotterwetch' is "
+                                         r"not in the metadata"):
+        read_shots(bad, 2)
+    assert len(read_shots(bad, 2, players={"Dennis Dotterwetch"} | {
+        p.name for p in read_metadata().players})) == 24
+    folder = tmp_path / "poss"
+    folder.mkdir()
+    src = REFEREE / "Ball Possession" / "2nd Half" / "Kevin Baer.csv"
+    (folder / "Kevin Bear.csv").write_bytes(src.read_bytes())
+    with pytest.raises(InputError, match=r"Kevin Bear.csv.*'Kevin Bear' is not in the metadata"):
+        read_possession_dir(folder, 2)
+
+
 @pytest.mark.parametrize(("old", "new", "words"), [
     ("Kevin Baer (Left Leg: 63, Right Leg: 64)", "Kevin Baer (Left Leg: 63, Right Leg: 14)",
      "sensor 14 of Kevin Baer is also"),
