@@ -791,10 +791,11 @@ class PatternOperator:
         self._out.append((last, out))
 
     def _flush(self, final: bool) -> list[pa.RecordBatch]:
-        """Queue this call's matches and send the queued ones no match still in progress can
-        precede: ``match_end`` below every key's oldest buffered row (all of them when no key
-        buffers a row, and at the end), ordered by ``match_end``, then by the position of the
-        match's last row in the node's input. Keys' matches are recognised key by key, and an
+        """Queue this call's matches and send the queued ones no later match can precede:
+        ``match_end`` at or before the input watermark (a row still to come is on time, so no
+        older, and comes later in the input) and below every key's oldest buffered row (an
+        attempt in progress), all at the end; ordered by ``match_end``, then by the position of
+        the match's last row in the node's input. Keys' matches are recognised key by key, and an
         attempt in progress may end before another key's match: sent as recognised, a
         downstream window would find rows late, and which ones would depend on the batch
         cuts."""
@@ -812,11 +813,18 @@ class PatternOperator:
         if q is None or q.num_rows == 0:
             return []
         ends = q.column("match_end").to_numpy()
-        bound = None if final else self.output_watermark
-        if bound is None:   # no key holds a row: nothing recognised later can end earlier
+        if final:
             ready = np.ones(len(ends), bool)
+        elif self._wm is None:   # no watermark yet: any key's next row may be older
+            return []
         else:
-            ready = ends < bound
+            # A row still to come is on time (at or after the input watermark) and comes later
+            # in the input (a later position: ties at the watermark sort after); an attempt in
+            # progress may end at its oldest buffered row, its last row possibly earlier.
+            ready = ends <= self._wm
+            held = self.output_watermark
+            if held is not None:
+                ready &= ends < held
             if not ready.any():
                 return []
         idx = np.flatnonzero(ready)
