@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from epic.cli import app
+from epic.errors import EpicError
 from epic.spark.lock import lock_holder
 from epic.spark.status import read_status
 
@@ -132,3 +133,24 @@ def test_a_bad_epic_setting_is_refused_before_anything_is_written(tmp_path, sett
     assert r.exit_code == 1, r.output
     assert re.search(message, r.output), r.output
     assert not wd.exists() and not (tmp_path / "out").exists()
+
+
+def test_a_deploy_starting_while_epic_status_looks_is_not_refused(tmp_path):
+    """lock_holder holds a shared lock for an instant; a deploy taking the lock then waits for
+    it instead of refusing (naming a dead holder's pid)."""
+    import fcntl
+    import threading
+
+    from epic.spark.lock import LOCK_NAME, WorkdirLock
+
+    (tmp_path / LOCK_NAME).write_text('{"pid": 999999, "host": "h", "started": 0}')
+    fd = os.open(tmp_path / LOCK_NAME, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)   # a status look in progress
+    threading.Timer(0.1, lambda: os.close(fd)).start()
+    WorkdirLock(str(tmp_path)).acquire().release()
+    held = WorkdirLock(str(tmp_path)).acquire()   # a real holder is still refused
+    try:
+        with pytest.raises(EpicError, match="in use by another epic deploy"):
+            WorkdirLock(str(tmp_path)).acquire()
+    finally:
+        held.release()

@@ -116,7 +116,17 @@ class WorkdirLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # `epic status` takes a shared lock for an instant (lock_holder): a deploy that
+                # starts then tries again for up to half a second before it refuses
+                deadline = time.monotonic() + 0.5
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() >= deadline:
+                            raise
+                        time.sleep(0.02)
             except BlockingIOError:
                 raise self._refuse(self._holder(fd)) from None
             except OSError as exc:
