@@ -142,37 +142,47 @@ class SplitOperator:
                 continue
             schema = self.output_schemas[i]
             user = schema.remove(schema.get_field_index(ENTRY_COLUMN)) if self.entry else schema
-            self._check_tuples(i, outs[i], user)
+            self._check_tuples(i, outs[i], user, cols)
             b = pa.RecordBatch.from_pylist(outs[i], schema=user)
             t = self.times[i]
             if t is not None and b.column(t).null_count:
-                raise ValueError(
-                    f"output {i}: {b.column(t).null_count} tuple(s) with a null event time "
-                    f"{t!r}; return it in every tuple, or True to send the row unchanged")
+                raise EpicError(
+                    f"node {self.node!r}: output {i}: {b.column(t).null_count} tuple(s) with a "
+                    f"null event time {t!r} (input batch {self._batches}); return it in every "
+                    "tuple, or True to send the row unchanged")
             if self.entry:
                 b = b.append_column(ENTRY_COLUMN, pa.array(ents[i], type=pa.int64()))
             result.append([b])
         return result
 
-    @staticmethod
-    def _check_tuples(i: int, rows: list, schema: pa.Schema) -> None:
-        """A returned tuple names every column of the output (None for a null): a missing one
-        would silently become a column of nulls."""
+    def _check_tuples(self, i: int, rows: list, schema: pa.Schema, inputs: list) -> None:
+        """A tuple sent to output ``i`` has exactly the output's columns (None for a null): a
+        missing one would silently become a column of nulls. (One comparison of key views per
+        row; the message is built only for a row that fails it.)"""
         names = schema.names
+        want = dict.fromkeys(names).keys()
         for r in rows:
-            if len(r) != len(names) or any(n not in r for n in names):
-                missing = [n for n in names if n not in r]
-                extra = [k for k in r if k not in names]
-                what = []
-                if missing:
-                    what.append(f"lacks {', '.join(map(repr, missing))}")
-                if extra:
-                    what.append(f"has {', '.join(map(repr, extra))} not in the output")
-                raise ValueError(
-                    f"output {i}: a returned tuple {' and '.join(what)} (the output's columns: "
-                    f"{', '.join(names)}); return every column (None for a null), declare the "
-                    "output's columns with splitstream(..., schemas=[...]), or return True to "
-                    "send the row unchanged")
+            if r.keys() == want:
+                continue
+            cols = ", ".join(names)
+            if r.keys() == dict.fromkeys(inputs).keys():
+                raise EpicError(
+                    f"node {self.node!r}: output {i} declares the columns {cols}, but the query "
+                    f"sent it a row unchanged (True), which has the input's columns "
+                    f"{', '.join(inputs)} (input batch {self._batches}); return a tuple with the "
+                    "declared columns instead")
+            missing = [n for n in names if n not in r]
+            extra = [k for k in r if k not in want]
+            what = []
+            if missing:
+                what.append(f"lacks {', '.join(map(repr, missing))}")
+            if extra:
+                what.append(f"has {', '.join(map(repr, extra))} not in the output")
+            raise EpicError(
+                f"node {self.node!r}: output {i}: a returned tuple {' and '.join(what)} (the "
+                f"output's columns: {cols}; input batch {self._batches}); return every column "
+                "(None for a null), declare the output's columns with splitstream(..., "
+                "schemas=[...]), or return True to send the row unchanged")
 
     def _split_vector(self, batch):
         q = self.query
