@@ -905,6 +905,11 @@ class CsvWriter:
         self._rows = 0
         self._good = 0  # file length after the last complete write: whole rows end there
         self._closed_on_error = False
+        self._raw = None   # the DirectAppender under the sink (None: a plain file)
+        # (file length, rows) after each write whose bytes may not be on the disk yet (a
+        # direct appender stages blocks; held rows go out together): after a failed write the
+        # file is cut back to the last of these it holds whole
+        self._marks: list[tuple[int, int]] = []
         # Characters that force quoting of a string value (Python's csv QUOTE_MINIMAL rule).
         self._needs_quote = "[" + re.escape(delimiter + '"\r\n') + "]"
         # background=True: formatting and writing run on one worker thread (pyarrow releases the
@@ -952,6 +957,7 @@ class CsvWriter:
             # whole blocks straight to the disk where the file system allows (epic.directio)
             sink, raw = native_append(self._path, append=self._append,
                                       lazy=self._hold_rows > 0)
+            self._raw = raw
             self._through = raw if not self._hold_rows else None
         else:
             sink = self._fs.open_output_stream(self._path)
@@ -1046,21 +1052,33 @@ class CsvWriter:
             pass
         self._sink = None
         self._closed_on_error = True
+        rows = self._rows
         try:
-            if self._fs is None and os.path.exists(self._path) \
-                    and os.path.getsize(self._path) > self._good:
-                os.truncate(self._path, self._good)
+            if self._fs is None and os.path.exists(self._path):
+                size = os.path.getsize(self._path)
+                # the last write whose bytes all reached the file (staged blocks may not have)
+                end, rows = self._good, self._rows
+                for off, n in reversed(self._marks):
+                    if off <= size:
+                        end, rows = off, n
+                        break
+                else:
+                    if self._marks:
+                        end, rows = 0, 0
+                if size > end:
+                    os.truncate(self._path, end)
         except OSError:
             pass
         return OutputError(self._path, exc, fix="free space or fix the permissions; the file "
-                           f"ends with the {self._rows} rows written before")
+                           f"ends with the {rows} rows written before")
 
     def _write_rows(self, table: pa.Table) -> None:
         if self._closed_on_error:
             raise OSError("the file was closed after an earlier write error")
         if self._sink is None:
             self._sink = self._open(table.column_names)
-            self._good = self._sink.tell()
+            self._good = self._tell()
+            self._marks = [(self._good, self._rows)]
         if not self._quoting_needed(table):
             # pyarrow's own quoting styles quote every string, so quote-free tables (the common
             # case) are written unquoted by pyarrow and the rare others by Python's csv module.
@@ -1080,7 +1098,23 @@ class CsvWriter:
         if not self._hold_rows:
             self._sink.flush()   # every write reaches the file (epic.directio stages blocks)
         self._rows += table.num_rows
-        self._good = self._sink.tell()
+        self._good = self._tell()
+        self._mark()
+
+    def _tell(self) -> int:
+        """The file's length once every byte written so far is in it. (pyarrow's PythonFile
+        over a direct appender reports the offset of its own first write: the header's end.)"""
+        return self._raw.tell() if self._raw is not None else self._sink.tell()
+
+    def _mark(self) -> None:
+        """Remember (length, rows) after a write; forget the ones the file surely holds."""
+        durable = self._raw._flushed if self._raw is not None else (
+            self._good if self._fs is None else 0)
+        marks = self._marks
+        marks.append((self._good, self._rows))
+        if len(marks) > 2 and marks[1][0] <= durable:
+            keep = max(i for i, (off, _) in enumerate(marks) if off <= durable)
+            del marks[:keep]
 
     def close(self) -> None:
         """Flush and close the file (after every pending background write)."""
