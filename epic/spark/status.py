@@ -14,7 +14,7 @@ import time as _time
 from epic.errors import EpicError
 from epic.spark import trace
 from epic.topics import Topic
-from epic.topology import ProcessNode, SinkNode, WindowNode
+from epic.topology import MergeNode, ProcessNode, SinkNode, WindowNode
 
 __all__ = ["Stats", "read_status", "request_stop", "status_table", "STATUS", "STOP"]
 
@@ -257,7 +257,7 @@ class Stats:
         if state != "running":
             # rows behind the watermark, per window node (the clock's counts in the snapshots)
             for n in plan.t.nodes.values():
-                if isinstance(n, WindowNode):
+                if isinstance(n, (WindowNode, MergeNode)):
                     late[n.name] = node_late_rows(plan.state_dir(n))
                 elif isinstance(n, ProcessNode):   # a pattern's out-of-order rows dropped
                     d = node_dropped_rows(plan.state_dir(n))

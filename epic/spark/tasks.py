@@ -326,10 +326,15 @@ def _operator_states(state_dir: str):
 
 
 def node_late_rows(state_dir: str) -> int:
-    """Rows a window node found late, over all its partitions (from their newest snapshots;
-    each partition counts the late rows of its own keys)."""
-    return sum(int(st["clock"].get("late_rows") or 0) for st in _operator_states(state_dir)
-               if isinstance(st.get("clock"), dict))
+    """Rows a window node (or a merge) found late, over all its partitions (from their newest
+    snapshots; each partition counts the late rows of its own keys)."""
+    total = 0
+    for st in _operator_states(state_dir):
+        if isinstance(st.get("clock"), dict):
+            total += int(st["clock"].get("late_rows") or 0)
+        elif st.get("format") == "epic.merge/1":
+            total += int(st.get("late") or 0)
+    return total
 
 
 def node_dropped_rows(state_dir: str) -> int | None:
