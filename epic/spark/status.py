@@ -235,15 +235,18 @@ class Stats:
             first = name.split("~")[0]   # siblings: the first group's outputs
             node = plan.t.nodes.get(first.split("+")[-1])
             rows_out = None
+            rows_in = self._rows_in(name)
             if node is not None and not isinstance(node, SinkNode):
                 rows_out = self._topic_rows(node, first.replace("+", "__"))
             nodes[name] = {
                 "kind": node.kind if node is not None else "?",
                 "mode": "fused" if "+" in name else plan.modes.get(name, node.kind if node
                                                                       else "?"),
-                "rows_in": self._rows_in(name),
+                "rows_in": rows_in,
                 "rows_out": rows_out,
-                "rows_per_s": round(float(p.get("processedRowsPerSecond") or 0.0), 1),
+                # epic's rows over the deploy's time so far (Spark's processedRowsPerSecond
+                # counts the commit messages a micro-batch's tasks return, not rows)
+                "rows_per_s": round(rows_in / elapsed, 1) if elapsed > 0 else 0.0,
                 "batch_ms": (p.get("durationMs") or {}).get("triggerExecution"),
                 "batches": len(self.rows_in.get(name, {})),
                 "busy_ms": sum(self.busy.get(name, {}).values()),
