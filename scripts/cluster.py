@@ -269,9 +269,15 @@ def main() -> None:  # pragma: no cover - by hand
     ap.add_argument("--memory", default="1g")
     ap.add_argument("--root", default=None, help="logs and work dirs (default: a temp dir)")
     a = ap.parse_args()
+
+    def stop(signum, frame):   # SIGTERM (kill, a job control's stop): as Ctrl-C, daemons too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
     with Cluster(a.workers, cores=a.cores, memory=a.memory, root=a.root) as c:
         print(f"master {c.url} (web UI http://{c.host}:{c.master_ui}), {a.workers} workers; "
-              f"logs in {c.root}. Ctrl-C stops them.", flush=True)
+              f"logs in {c.root}. Ctrl-C (or SIGTERM) stops them.", flush=True)
         try:
             signal.pause()
         except KeyboardInterrupt:

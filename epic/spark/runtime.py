@@ -554,6 +554,12 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
             os.remove(os.path.join(wd, STOP))
         except FileNotFoundError:
             pass
+    # `epic status` during the start (the session, the plan, the queries' first batches can take
+    # many seconds): the deploy is starting, not an unknown directory nor the last run's end
+    _write_json(f"{wd}/{STATUS}", {"topology": topology.name, "state": "starting",
+                                   "pid": os.getpid(), "elapsed_s": 0.0,
+                                   "updated": _time.time(), "error": None, "nodes": {},
+                                   "late_rows": {}})
     # Crash points (tests) kill the driver's process group, whichever process reaches them.
     os.environ["EPIC_DRIVER_PGID"] = str(os.getpgrp())
     if spark is None:
