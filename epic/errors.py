@@ -82,7 +82,8 @@ def _user_frame(exc: BaseException) -> str | None:
     while tb is not None:
         code = tb.tb_frame.f_code
         f = os.path.abspath(code.co_filename)
-        if not f.startswith(epic_dir) and not f.startswith(skip) and not f.startswith("<frozen"):
+        if not code.co_filename.startswith("<") and not f.startswith(epic_dir) \
+                and not f.startswith(skip):
             found = f"{code.co_name} ({code.co_filename}:{tb.tb_lineno})"
         tb = tb.tb_next
     return found

@@ -57,7 +57,8 @@ class Sink:
                 raise SpecError(f"columns {missing} are not in the stream; choose from "
                                 f"{', '.join(n for n in schema.names if n != ENTRY_COLUMN)}")
             if len(set(self.columns)) != len(self.columns):
-                raise SpecError(f"columns {list(self.columns)} repeat a column")
+                raise SpecError(f"columns {list(self.columns)} repeat a column; give each "
+                                "column once")
         if self.delays and ENTRY_COLUMN not in schema.names:
             raise SpecError("delays=True needs delay logging: create the topology with "
                             "epic.Topology(name, delay_logging=True)")

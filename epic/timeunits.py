@@ -63,7 +63,7 @@ def to_ticks(value: Real | timedelta | Decimal, unit: str, *, what: str = "durat
     ticks = exact * per_s
     if ticks.denominator != 1:
         shown = str(value) if isinstance(value, timedelta) else f"{value!r} s"
-        near = max(1, round(ticks))
+        near = round(ticks) or (1 if ticks > 0 else -1)
         raise SpecError(f"{what} {shown} is not a whole number of {unit} ticks (the stream's "
                         f"unit): it is {float(ticks):g} ticks; give a multiple of 1 {unit}, e.g. "
                         f"{_seconds_text(near, per_s)} s ({near} tick{'' if near == 1 else 's'})")

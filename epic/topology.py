@@ -100,8 +100,10 @@ def _err(node: str, field_: str, problem: str, fix: str | None) -> TopologyError
 def _fix_of(problem: str, columns) -> str | None:
     """The fix of a spec's error: none to add when its message names one (``use ...``, ``e.g.
     ...``, ``define ...``), else the input's columns to choose from."""
-    said = ("; use ", "e.g. ", "; define ", ": define ", "; give ", "; pass ", "; key by ", "; aggregate ",
-            "; convert ", "the input's columns", "; choose from ", "; see its documentation")
+    said = ("; use ", "e.g. ", "; define ", ": define ", "; give ", "; pass ", "; key by ",
+            "; aggregate ", "; convert ", "the input's columns", "; choose from ",
+            "; see its documentation", "; delete ", "; keep ", "; leave ", ": create ",
+            "; declare ", "; rename ", "; remove ")
     if any(w in problem for w in said):
         return None
     return f"see the docs of the call; the input has columns {', '.join(columns)}"

@@ -490,12 +490,15 @@ def check_epic_conf(conf) -> None:
 
     given = _Given()
     given.conf = given
-    _background_nice(given)
+    nice = _background_nice(given)
+    if nice is not None and not 0 <= nice <= 19:
+        raise EpicError(f"--conf {BACKGROUND_NICE_CONF}={nice!r}: expected a nice value from 0 "
+                        "(off) to 19, e.g. 10")
     _split_seconds(given)
     _flag(conf.get(BRANCH_TASKS_CONF), BRANCH_TASKS_CONF)
     _flag(conf.get(SOURCE_FIRST_CONF), SOURCE_FIRST_CONF)
     v = conf.get(Launcher.STARTING_CONF)
-    if v is not None and str(v).strip():
+    if v is not None:
         try:
             int(v)
         except ValueError:
