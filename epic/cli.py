@@ -198,9 +198,6 @@ def run(ctx: typer.Context,
         t = _load(ctx, topology, name, param)
         for w in t.validate(warn=False):
             say(_err, "warning", "yellow", w)
-        from .preflight import check_output_paths
-
-        check_output_paths(t)
         show = sys.stderr.isatty() if progress is None else progress
         result = run_topology(t, progress=show, summary=summary, console=_err, validate=False)
         if stats is not None:

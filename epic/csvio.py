@@ -376,10 +376,35 @@ class CsvBatchReader:
     def _run(self) -> Iterator[pa.RecordBatch]:
         sink = None
         writer = None
+        dead = {"good": 0, "lines": 0}   # the dead-letter file's length after its last line
+
+        def dead_line(row) -> None:
+            try:
+                writer.writerow(row)
+                sink.flush()   # bad lines are rare: each reaches the file (or fails) here
+            except OSError as exc:
+                try:
+                    sink.close()
+                except OSError:
+                    pass
+                try:
+                    os.truncate(self._dead_letter, dead["good"])
+                except OSError:
+                    pass
+                raise OutputError(self._dead_letter, exc, what="dead-letter file",
+                                  fix=f"free space or fix the permissions; the file ends with "
+                                      f"the {dead['lines']} bad lines written before") from None
+            dead["good"] = sink.tell()
+            dead["lines"] += 1
+
         if self._dead_letter is not None:
-            sink = open(self._dead_letter, "w", newline="", encoding="utf-8")
+            try:
+                sink = open(self._dead_letter, "w", newline="", encoding="utf-8")
+            except OSError as exc:
+                raise OutputError(self._dead_letter, exc, what="dead-letter file") from None
             writer = csv.writer(sink, lineterminator="\n")
-            writer.writerow(DEAD_LETTER_COLUMNS)
+            dead_line(DEAD_LETTER_COLUMNS)
+            dead["lines"] = 0
         pending: list[pa.Table] = []
         pending_rows = 0
         # pyarrow releases the GIL while parsing, so the next blocks are parsed on a worker thread
@@ -422,7 +447,7 @@ class CsvBatchReader:
                         self._lines = item.line
                         raise InputError(f"{item.reason}: {item.message}", path=self._path,
                                          line=item.line, field=item.field, value=item.value)
-                    writer.writerow((item.line, item.reason, item.text))
+                    dead_line((item.line, item.reason, item.text))
                 self._lines += block.n_lines
             yield from self._emit(pending, full_only=False)
             if unreadable:

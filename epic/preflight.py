@@ -72,7 +72,47 @@ def check_output_paths(topology) -> None:
             _probe_dir(os.path.dirname(path), f"sink {n.name!r}")
         elif isinstance(n, SinkNode) and isinstance(n.sink, TopicSink):
             _probe_dir(os.path.abspath(n.sink.path), f"sink {n.name!r}")
-        elif isinstance(n, SourceNode) and isinstance(n.source, CsvSource) \
-                and n.source.dead_letter:
-            _probe_dir(os.path.dirname(os.path.abspath(n.source.dead_letter)),
-                       f"source {n.name!r} (dead-letter file)")
+        if isinstance(n, SourceNode):
+            extra = [("dead-letter file", getattr(n.source, "dead_letter", None)),
+                     ("late file", getattr(n.source, "late_file", None))]
+            for what, path in extra:
+                if not path or is_remote(str(path)):
+                    continue
+                path = os.path.abspath(path)
+                if os.path.isdir(path):
+                    raise OutputError(path, "it is a directory",
+                                      what=f"source {n.name!r} ({what})", fix="give a file path")
+                _probe_dir(os.path.dirname(path), f"source {n.name!r} ({what})")
+    _check_distinct_paths(topology)
+
+
+def _check_distinct_paths(topology) -> None:
+    """Refuse two outputs on one file (two sinks, a sink and a dead-letter or late file...) and
+    an output on an input file: each would overwrite or interleave the other's bytes."""
+    seen: dict[str, str] = {}
+    inputs: dict[str, str] = {}
+    for n in topology.topological_order():
+        outs = []
+        if isinstance(n, SinkNode) and isinstance(n.sink, (CsvSink, ParquetSink)):
+            outs.append((f"sink {n.name!r}", n.sink.path))
+        if isinstance(n, SourceNode):
+            for what in ("dead_letter", "late_file"):
+                p = getattr(n.source, what, None)
+                if p:
+                    outs.append((f"source {n.name!r} ({what.replace('_', ' ')})", p))
+            p = getattr(n.source, "path", None)
+            if p and not is_remote(str(p)):
+                inputs[os.path.realpath(p)] = f"source {n.name!r}"
+        for what, p in outs:
+            if is_remote(str(p)):
+                key = str(p)
+            else:
+                key = os.path.realpath(p)
+            if key in seen:
+                raise OutputError(str(p), f"{seen[key]} writes this file too",
+                                  what=what, fix="give each output its own path")
+            seen[key] = what
+    for key, what in seen.items():
+        if key in inputs:
+            raise OutputError(key, f"it is the input of {inputs[key]}", what=what,
+                              fix="write the output elsewhere (it would overwrite the input)")

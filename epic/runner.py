@@ -306,6 +306,9 @@ def run(topology: Topology, *, clock: Callable[[], int] = _time.time_ns, progres
     """
     if validate:
         topology.validate()
+    from .preflight import check_output_paths
+
+    check_output_paths(topology)   # before anything runs: writable, distinct output paths
     _refuse_written_topics(topology)
     engine = _Engine(topology, clock)
     start = _time.perf_counter()

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
-from .errors import SpecError
+from .errors import OutputError, SpecError
 from .paths import is_remote, output_path
 from .operator import ENTRY_COLUMN
 
@@ -441,13 +441,27 @@ class TopicSink(Sink):
         last = topic.last_batch_id(producer)
         state = {"batch": -1 if last is None else last}
 
+        def failed(exc: OSError) -> OutputError:
+            # a segment is published whole (written to a temp file, then renamed): the topic
+            # holds the batches committed before
+            return OutputError(self.path, exc, what=f"sink {node!r} (topic)",
+                               fix=f"free space or fix the permissions; the topic holds the "
+                                   f"{state['batch']} batches committed before")
+
         def write(b, wm):
+            try:
+                topic.append([b], producer=producer, batch_id=state["batch"] + 1, watermark=wm)
+            except OSError as exc:
+                raise failed(exc) from None
             state["batch"] += 1
-            topic.append([b], producer=producer, batch_id=state["batch"], watermark=wm)
 
         def close(wm):
+            try:
+                topic.append_marker(producer=producer, batch_id=state["batch"] + 1,
+                                    watermark=wm, eos=True)
+            except OSError as exc:
+                raise failed(exc) from None
             state["batch"] += 1
-            topic.append_marker(producer=producer, batch_id=state["batch"], watermark=wm, eos=True)
         return _Writer(write, close)
 
     def describe(self):

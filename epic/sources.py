@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
-from .errors import InputError, SpecError
+from .errors import InputError, OutputError, SpecError
 from .timeunits import UNITS, to_ticks
 
 __all__ = [
@@ -156,25 +156,49 @@ class LateWriter:
 
     def __init__(self, path: str):
         self.path = path
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._f = open(path, "wb")
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._f = open(path, "wb")
+        except OSError as exc:
+            raise OutputError(path, exc, what="late file") from None
         self._w = None
+        self._good = 0     # the file's length after the last whole batch
+        self._rows = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
         import pyarrow.csv as pacsv
 
         reason = pa.array(["late: event time behind the source watermark"] * batch.num_rows)
         b = batch.append_column("_reason", reason)
-        if self._w is None:
-            self._w = pacsv.CSVWriter(self._f, b.schema)
-        self._w.write_batch(b)
-        self._f.flush()
+        try:
+            if self._w is None:
+                self._w = pacsv.CSVWriter(self._f, b.schema)
+            self._w.write_batch(b)
+            self._f.flush()
+        except OSError as exc:   # cut back to the last whole row: a shorter file needs no space
+            try:
+                self._f.close()
+            except OSError:
+                pass
+            try:
+                os.truncate(self.path, self._good)
+            except OSError:
+                pass
+            raise OutputError(self.path, exc, what="late file",
+                              fix=f"free space or fix the permissions; the file ends with the "
+                                  f"{self._rows} late rows written before") from None
+        self._good = self._f.tell()
+        self._rows += batch.num_rows
 
     def close(self) -> None:
-        if self._w is not None:
-            self._w.close()
-        if not self._f.closed:
+        if self._f.closed:
+            return
+        try:
+            if self._w is not None:
+                self._w.close()
             self._f.close()
+        except OSError as exc:
+            raise OutputError(self.path, exc, what="late file") from None
 
 
 @dataclass(frozen=True)

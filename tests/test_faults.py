@@ -377,3 +377,75 @@ def test_p11_unwritable_output_directory_is_refused_before_running(tmp_path):
                 "--out", blocker / "sub" / "o.csv")
     assert res.exit_code == 1
     assert f"{blocker / 'sub'}: sink 'out': the directory cannot be written" in res.output
+
+
+def _lenient_topology(src, dead, out, late=None):
+    t = epic.Topology("paths")
+    s = t.source("src", epic.csv_source(src, {"sid": "int64", "ts": "int64", "v": "float64"},
+                                        time="ts", unit="s", header=True, mode="lenient",
+                                        dead_letter=dead))
+    t.sink("a", s, epic.csv_sink(out))
+    if late is not None:
+        t.sink("b", s, epic.csv_sink(late))
+    return t
+
+
+def test_outputs_on_one_file_or_on_an_input_are_refused_before_the_run(tmp_path):
+    """Two sinks on one file, a sink on the dead-letter file, a dead-letter file or a sink on
+    the input: each would overwrite or interleave bytes; refused before anything runs, the
+    input untouched."""
+    src = tmp_path / "in.csv"
+    text = "sid,ts,v\n1,1,0.5\n2,2,x\n3,3,1.5\n"
+    src.write_text(text)
+    cases = [
+        (tmp_path / "d.csv", tmp_path / "o.csv", tmp_path / "o.csv", "sink 'a' writes this file"),
+        (tmp_path / "o.csv", tmp_path / "o.csv", None, "source 'src' \\(dead letter\\) writes"),
+        (src, tmp_path / "o.csv", None, "it is the input of source 'src'"),
+        (tmp_path / "d.csv", src, None, "it is the input of source 'src'"),
+    ]
+    for dead, out, late, message in cases:
+        with pytest.raises(OutputError, match=message):
+            epic.run(_lenient_topology(src, dead, out, late))
+        assert src.read_text() == text
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(OutputError, match="dead-letter file\\): it is a directory"):
+        epic.run(_lenient_topology(src, tmp_path / "adir", tmp_path / "o.csv"))
+    res = epic.run(_lenient_topology(src, tmp_path / "d.csv", tmp_path / "o.csv"))
+    assert res.nodes["a"].rows_in == 2 and len((tmp_path / "d.csv").read_text().splitlines()) == 2
+
+
+def test_a_dead_letter_file_that_cannot_be_written_stops_the_run_with_whole_lines(tmp_path,
+                                                                                 monkeypatch):
+    """A full disk under the dead-letter file: an OutputError naming the file and the OS error,
+    the file cut back to its last whole line (through a writer failing on the 4th line)."""
+    import csv as pycsv
+
+    from epic import csvio
+
+    real = pycsv.writer
+
+    def failing(f, **kw):
+        w = real(f, **kw)
+
+        class W:
+            n = 0
+
+            def writerow(self, row):
+                W.n += 1
+                if W.n == 4:
+                    f.write("12,invalid_va")
+                    raise OSError(28, "No space left on device")
+                return w.writerow(row)
+        return W()
+
+    monkeypatch.setattr(csvio.csv, "writer", failing)
+    src = tmp_path / "in.csv"
+    src.write_text("sid,ts,v\n" + "".join(f"{i},{i},{'x' if i % 2 else '0.5'}\n"
+                                            for i in range(20)))
+    with pytest.raises(OutputError, match=r"dead.csv: dead-letter file: No space left on device "
+                                          r"\(errno 28\).*ends with the 2 bad lines"):
+        epic.run(_lenient_topology(src, tmp_path / "dead.csv", tmp_path / "o.csv"))
+    lines = (tmp_path / "dead.csv").read_text().splitlines(keepends=True)
+    assert [ln.split(",")[:2] for ln in lines] == [["line", "reason"], ["3", "invalid_value"],
+                                                   ["5", "invalid_value"]]
+    assert lines[-1].endswith("\n")
