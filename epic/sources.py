@@ -516,7 +516,7 @@ class IteratorSource(Source):
             for item in items:
                 if isinstance(item, Watermark):
                     if rows:
-                        yield self._rows(rows)
+                        yield self._rows(rows, count[0])
                         count[0] += len(rows)
                         rows = []
                     yield item
@@ -524,28 +524,49 @@ class IteratorSource(Source):
                 if isinstance(item, Mapping) and not _is_columns(item):
                     rows.append(item)
                     if len(rows) >= self.batch_rows:
-                        yield self._rows(rows)
+                        yield self._rows(rows, count[0])
                         count[0] += len(rows)
                         rows = []
                     continue
                 if rows:
-                    yield self._rows(rows)
+                    yield self._rows(rows, count[0])
                     count[0] += len(rows)
                     rows = []
                 for b in _to_batches(item, schema):
                     count[0] += b.num_rows
                     yield b
             if rows:
+                first = count[0]
                 count[0] += len(rows)
-                yield self._rows(rows)
+                yield self._rows(rows, first)
         return self._paced(SourceReader(batches(), lambda: {"rows": count[0]}))
 
-    def _rows(self, rows: list[dict]) -> pa.RecordBatch:
+    def _rows(self, rows: list[dict], first: int = 0) -> pa.RecordBatch:
+        """The rows as a batch; ``first``: the index of the first among the source's items
+        (named in errors)."""
         try:
-            return pa.RecordBatch.from_pylist(rows, schema=self.schema)
+            b = pa.RecordBatch.from_pylist(rows, schema=self.schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
             raise InputError(f"iterator_source: rows do not fit the schema {self.schema.names}: "
                              f"{exc}") from exc
+        # pyarrow's conversion drops a float's fraction in an integer column (10.7 -> 10)
+        for f in self.schema:
+            if not pa.types.is_integer(f.type):
+                continue
+            name = f.name
+            for j, r in enumerate(rows):
+                v = r.get(name)
+                if isinstance(v, float) and not v.is_integer():
+                    raise InputError(f"iterator_source: item {first + j}: {v!r} is not a whole "
+                                     f"number, and column {name!r} is {f.type}; round it "
+                                     "yourself or declare the column as a float",
+                                     field=name, value=v)
+        t = b.column(self.time)
+        if t.null_count:
+            j = next(j for j, v in enumerate(t.to_pylist()) if v is None)
+            raise InputError(f"iterator_source: item {first + j} has no event time "
+                             f"{self.time!r} (missing or None)", field=self.time, value=None)
+        return b
 
     def describe(self):
         return f"python {getattr(self.items, '__name__', type(self.items).__name__)}"

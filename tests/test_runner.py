@@ -313,3 +313,25 @@ def test_iterator_source_accepts_rows_columns_and_batches():
     assert epic.run(t).collected["out"].column("ts").to_pylist() == [0, 1, 2, 3]
     with pytest.raises(epic.SpecError, match="one-shot iterator"):
         epic.iterator_source(gen(), schema=SCH, time="ts", unit="s")
+
+
+def test_iterator_items_that_do_not_fit_are_refused_naming_the_item():
+    """An iterator_source item with a fractional float in an integer column (pyarrow would drop
+    the fraction) or without an event time is an InputError naming the item and the column."""
+    from epic.errors import InputError
+
+    def topo(items):
+        t = epic.Topology("it")
+        s = t.source("s", epic.iterator_source(items, schema={"sid": "int32", "ts": "int64",
+                                                              "v": "float64"},
+                                               time="ts", unit="ms", batch_rows=2))
+        t.sink("o", s, epic.collect_sink())
+        return t
+
+    ok = [{"sid": 1, "ts": 10.0, "v": 1}, {"sid": 2, "ts": 11, "v": 2.5}]
+    assert epic.run(topo(ok)).collected["o"].column("ts").to_pylist() == [10, 11]
+    with pytest.raises(InputError, match=r"item 2: 20\.999 is not a whole number, and column "
+                                          r"'ts' is int64"):
+        epic.run(topo(ok + [{"sid": 3, "ts": 20.999, "v": 0.0}]))
+    with pytest.raises(InputError, match=r"item 3 has no event time 'ts'"):
+        epic.run(topo(ok + [{"sid": 3, "ts": 12, "v": 0.0}, {"sid": 4, "v": 0.0}]))
