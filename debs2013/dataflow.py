@@ -310,11 +310,18 @@ def data_span(path: str | os.PathLike) -> tuple[int, int] | None:
     if path.suffix == ".gz":
         import gzip
 
-        with gzip.open(path, "rb") as f:
-            data = f.read(4096)
-            head, end = data.splitlines(), data
-            while chunk := f.read(1 << 24):
-                end = (end + chunk)[-4096:]
+        import zlib
+
+        try:
+            with gzip.open(path, "rb") as f:
+                data = f.read(4096)
+                head, end = data.splitlines(), data
+                while chunk := f.read(1 << 24):
+                    end = (end + chunk)[-4096:]
+        except (EOFError, OSError, zlib.error):
+            # a cut or damaged .gz: its end is unknown here; the game's reader reports the
+            # file and line where it cannot read on (strict and lenient alike)
+            return None
         tail = [ln for ln in end.splitlines() if ln.strip()]
     else:
         with open(path, "rb") as f:

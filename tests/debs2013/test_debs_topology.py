@@ -220,3 +220,21 @@ def test_a_gzipped_game_gives_the_files_of_the_plain_one(run, game, tmp_path):
     assert len(names) == 6
     for name in names:
         assert (tmp_path / "o" / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_a_cut_gzipped_game_is_reported_by_the_reader_naming_the_file(game, tmp_path):
+    """A .gz game cut short: the topology still builds (its time span is unknown), and the run
+    stops where the reader cannot read on, naming the file and line (not an EOFError from the
+    topology file)."""
+    import gzip
+
+    from debs2013.dataflow import data_span
+    from epic.errors import InputError
+
+    whole = gzip.compress(open(game[0], "rb").read(), compresslevel=1)
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    assert data_span(cut) is None
+    t = build_topology(DebsOptions(input=str(cut), out=str(tmp_path / "o"), queries=("q4",)))
+    with pytest.raises(InputError, match=r"cut\.csv\.gz:line \d+: cannot read on"):
+        epic.run(t)
