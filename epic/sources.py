@@ -339,12 +339,23 @@ class ParquetSource(Source):
         count = [0]
 
         def batches():
-            for b in dataset.to_batches(columns=names, batch_size=self.batch_rows):
-                if b.num_rows:
-                    count[0] += b.num_rows
-                    yield pa.RecordBatch.from_arrays(
+            it = iter(dataset.to_batches(columns=names, batch_size=self.batch_rows))
+            while True:
+                try:
+                    b = next(it)
+                    if not b.num_rows:
+                        continue
+                    out = pa.RecordBatch.from_arrays(
                         [b.column(n).cast(f.type) for n, f in zip(names, self.schema)],
                         schema=self.schema)
+                except StopIteration:
+                    return
+                except (OSError, pa.ArrowException) as exc:
+                    # a damaged page or footer, a value that does not fit the declared type
+                    raise InputError(f"cannot read on after {count[0]} rows: {exc}",
+                                     path=self.path) from None
+                count[0] += out.num_rows
+                yield out
         return self._paced(SourceReader(batches(), lambda: {"rows": count[0]}))
 
     def describe(self):
@@ -546,7 +557,7 @@ class IteratorSource(Source):
         (named in errors)."""
         try:
             b = pa.RecordBatch.from_pylist(rows, schema=self.schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
             raise InputError(f"iterator_source: rows do not fit the schema {self.schema.names}: "
                              f"{exc}") from exc
         # pyarrow's conversion drops a float's fraction in an integer column (10.7 -> 10)
@@ -581,7 +592,11 @@ def _is_columns(item: Mapping) -> bool:
 
 def _to_batches(item, schema: pa.Schema) -> list[pa.RecordBatch]:
     if isinstance(item, Mapping):
-        item = pa.table(dict(item))
+        try:
+            item = pa.table(dict(item))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+            raise InputError(f"iterator_source: a {{column: values}} item is not a table: "
+                             f"{exc}") from exc
     if isinstance(item, pa.Table):
         bs = item.to_batches()
     elif isinstance(item, pa.RecordBatch):
@@ -596,7 +611,7 @@ def _to_batches(item, schema: pa.Schema) -> list[pa.RecordBatch]:
         try:
             out.append(pa.RecordBatch.from_arrays(
                 [b.column(f.name).cast(f.type) for f in schema], schema=schema))
-        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
             raise InputError(f"iterator_source: a batch does not fit the schema "
                              f"{schema.names} (it has {b.schema.names}): {exc}") from exc
     return out

@@ -449,3 +449,33 @@ def test_a_dead_letter_file_that_cannot_be_written_stops_the_run_with_whole_line
     assert [ln.split(",")[:2] for ln in lines] == [["line", "reason"], ["3", "invalid_value"],
                                                    ["5", "invalid_value"]]
     assert lines[-1].endswith("\n")
+
+
+def test_damaged_parquet_and_bad_iterator_items_are_input_errors(tmp_path):
+    """A Parquet file with damaged pages, an int too large for its column, a ragged column
+    dict: InputErrors naming the file or the source, not raw pyarrow tracebacks."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from epic.errors import InputError
+
+    good = tmp_path / "ok.parquet"
+    pq.write_table(pa.table({"sid": pa.array([1, 2, 3], pa.int32()),
+                             "ts": pa.array([1, 2, 3], pa.int64())}), good, row_group_size=1)
+    b = bytearray(good.read_bytes())
+    b[4:60] = b"\x07" * 56
+    bad = tmp_path / "garbled.parquet"
+    bad.write_bytes(bytes(b))
+    t = epic.Topology("pq")
+    s = t.source("src", epic.parquet_source(bad, time="ts", unit="ms"))
+    t.sink("out", s, epic.collect_sink())
+    with pytest.raises(InputError, match=r"garbled\.parquet: cannot read on after 0 rows"):
+        epic.run(t)
+    for items, message in [([{"sid": 2**40, "ts": 1}], "rows do not fit the schema"),
+                           ([{"sid": [1, 2], "ts": [1]}], "item is not a table")]:
+        t = epic.Topology("it")
+        s = t.source("src", epic.iterator_source(items, schema={"sid": "int32", "ts": "int64"},
+                                                 time="ts", unit="ms"))
+        t.sink("out", s, epic.collect_sink())
+        with pytest.raises(InputError, match=message):
+            epic.run(t)
