@@ -244,6 +244,11 @@ class Reorderer:
             late_batch = batch.filter(pa.array(late))
         if keep.any():
             kept = batch if keep.all() else batch.filter(pa.array(keep))
+            if self.punctuation is not None and kept.column(self.punctuation).null_count:
+                # an empty punctuation field is a data row: the column is false on data rows
+                i = kept.schema.get_field_index(self.punctuation)
+                kept = kept.set_column(i, kept.schema.field(i),
+                                       pc.fill_null(kept.column(i), False))
             tab = pa.Table.from_batches([kept])
             self._held = tab if self._held is None else pa.concat_tables([self._held, tab])
         return self._release(self.watermark), late_batch

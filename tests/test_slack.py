@@ -161,3 +161,16 @@ def test_run_source_stream_equals_reference(rows, slack, batch_rows, beats):
                                           got.column("v").to_pylist()))
     assert got == ref_out
     assert res.nodes["s"].late_rows == len(ref_late)
+
+
+def test_a_null_punctuation_field_is_a_data_row_whose_flag_is_false():
+    """docs/windows.md: the punctuation column stays in the stream, false on every row; an
+    empty (null) flag is a data row, and it leaves with false, not null."""
+    rows = [{"ts": 1, "cti": False}, {"ts": 2, "cti": None}, {"ts": 3, "cti": True},
+            {"ts": 4, "cti": None}]
+    t = epic.Topology("pn")
+    s = t.source("s", epic.iterator_source(rows, schema={"ts": "int64", "cti": "bool"},
+                                           time="ts", unit="s", punctuation="cti"))
+    t.sink("o", s, epic.collect_sink())
+    got = epic.run(t).collected["o"].to_pylist()
+    assert got == [{"ts": 1, "cti": False}, {"ts": 2, "cti": False}, {"ts": 4, "cti": False}]
