@@ -426,8 +426,8 @@ class PatternOperator:
         self._keys: dict[Any, _Key] = {}
         self._wm: int | None = None
         self._out: list[dict] = []          # matches of this call, in recognition order
-        # Matches not yet safe to send (a key's attempt in progress may still end earlier):
-        # the output schema plus the key's rank and the recognition order.
+        # Matches not yet safe to send (an attempt in progress or a row still to come may end
+        # earlier): the output schema plus the input position of each match's last row.
         self._queue: pa.Table | None = None
         self._rows_in = 0                    # rows of the node's input so far (positions)
         self._batches = 0
