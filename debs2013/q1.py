@@ -46,9 +46,11 @@ row's ``ts_stop`` (its segment's end) lies up to 1 s before the decision, so the
 earliest undecided stretch of any player wait for the decision (up to ~1 s of latency).
 
 At the start of a player's data his first segment opens at his first sample with that sample's
-class: there is nothing before it for a short stretch to join, so the 1-second rule cannot apply
-backwards and this first segment may be shorter than 1 s (documented exception; seen for a few
-players at kick-off). Every later segment lasts at least 1 s.
+class. If that class does not last 1 s, it is not a segment of its own: the first segment takes
+the class of the next intensity that lasts (its start stays at the player's first sample; with
+either ``short_stretch``, since nothing comes before it), decided when that intensity has lasted
+1 s; until then q1a shows the first class, and the player's increments wait for the decision.
+Every segment but a last one cut by the end of the input lasts at least 1 s.
 
 **Output 2, increments** (:data:`INCREMENT_SCHEMA`): per emission slice ``[ts, ts + period)`` and
 player, the observed time (ps) and distance (nm, integer so that window add/remove is exact) per
@@ -321,7 +323,8 @@ class RunningOperator:
             for i, p in enumerate(self._players):
                 seg0, commits = commits_by_player[i]
                 closing = [self._row(dec, 0, i, S, B, oldI, B_D - S_D, B_T - S_T)
-                           for dec, B, B_T, B_D, newI, oldI, S, S_T, S_D in commits if oldI >= 0]
+                           for dec, B, B_T, B_D, newI, oldI, S, S_T, S_D, closes in commits
+                           if closes]
                 if closing:
                     out_rows.append(_Rows.from_tuples(closing))
                 if p["I"] < 0 or not len(inst):
@@ -344,6 +347,14 @@ class RunningOperator:
             out_rows, self._q1a_held = held, _Rows.empty()
         release = frontier
         for p in self._players:
+            if p.get("first"):
+                # the first segment is relabelled if its class changes within 1 s of its start:
+                # its slices wait until that is decided
+                nxt = p["P"] if p["P"] != _NO else frontier
+                if nxt - p["S"] >= cfg.min_segment_ps:
+                    p["first"] = False
+                else:
+                    release = min(release, p["S"])
             if p["P"] != _NO:
                 release = min(release, p["P"])
             kt = p["knots"].kt
@@ -433,7 +444,8 @@ class RunningOperator:
             if p["I"] < 0:
                 p["I"], p["S"], p["S_T"], p["S_D"] = k, s, sT, sD
                 p["bounds"].append([s, k])
-                commits.append((s, s, sT, sD, k, -1, _NO, 0, 0.0))
+                commits.append((s, s, sT, sD, k, -1, _NO, 0, 0.0, False))
+                p["first"] = True   # the first segment: no segment of its own if under 1 s
             elif s == p["S"]:
                 # more shoe events at the segment's first instant: the last one sets the class
                 p["I"], p["bounds"][-1][1], p["P"] = k, k, _NO
@@ -456,9 +468,21 @@ class RunningOperator:
         dec = p["rs"] + self.config.min_segment_ps
         if p["rc"] != p["I"]:
             B, B_T, B_D = p["P"], p["P_T"], p["P_D"]
-            commits.append((dec, B, B_T, B_D, p["rc"], p["I"], p["S"], p["S_T"], p["S_D"]))
-            p["bounds"].append([B, p["rc"]])
-            p["I"], p["S"], p["S_T"], p["S_D"] = p["rc"], B, B_T, B_D
+            if p.get("first") and B - p["S"] < self.config.min_segment_ps:
+                # The player's first class lasted less than 1 s: not a segment of its own (spec
+                # §5); there is no segment before it, so its stretch goes to the class that
+                # lasts, whose segment starts at the player's first sample. (Its increments are
+                # held until this is decided: _advance.)
+                commits.append((dec, p["S"], p["S_T"], p["S_D"], p["rc"], p["I"], p["S"],
+                                p["S_T"], p["S_D"], False))
+                p["bounds"][-1][1] = p["rc"]
+                p["I"] = p["rc"]
+            else:
+                commits.append((dec, B, B_T, B_D, p["rc"], p["I"], p["S"], p["S_T"], p["S_D"],
+                                True))
+                p["bounds"].append([B, p["rc"]])
+                p["I"], p["S"], p["S_T"], p["S_D"] = p["rc"], B, B_T, B_D
+            p["first"] = False
         p["P"] = _NO
 
     def _instant_rows(self, i, p, inst, seg) -> "_Rows":

@@ -29,8 +29,10 @@ Query 1 (spec §5):
   run that lasts and has a different class than the current segment starts a new segment at the
   end of the previous lasting run (so everything in between joins it); a lasting run of the same
   class absorbs the stretches in between. The decision is known at ``run start + 1 s``. The
-  player's first row opens his first segment with its class (the spec does not say what the
-  segment is before anything has lasted; q1a must still show something).
+  player's first row opens his first segment; if its class does not last 1 s, the first segment
+  takes the class of the first run that lasts (a short stretch is not a segment of its own and
+  goes to the next lasting intensity; nothing comes before it), decided at that run's start +
+  1 s; until then q1a shows the first class (``Segments.provisional``).
 * q1a at an emission instant ``t`` (grid ``origin + m * 20 ms``): the segment in force at ``t``
   (decisions with decision time ``<= t``), distance ``D(t) - D(start)`` in m, speed = distance /
   observed time in km/h; a closed segment gives one more row ``ts_start = start, ts_stop = end``
@@ -166,6 +168,9 @@ class Segments:
     start: np.ndarray
     cls: np.ndarray
     decided: np.ndarray
+    #: (class, until): the first segment's class as q1a shows it before ``until``, when its
+    #: first class did not last and another took its place (None: no such change)
+    provisional: tuple[int, int] | None = None
 
 
 def segments(st: PlayerState, data_end: int, min_segment: int = PS) -> Segments:
@@ -182,10 +187,22 @@ def segments(st: PlayerState, data_end: int, min_segment: int = PS) -> Segments:
     starts, classes, decided = [int(run_start[0])], [int(run_cls[first])], [int(run_start[0])]
     cur = int(run_cls[first])
     last_lasting_end = int(run_end[first])  # the first class stands until something lasts
+    pending_first = run_end[first] - run_start[first] < min_segment
+    provisional = None
     for r in range(first + 1, len(run_start)):
         if run_end[r] - run_start[r] < min_segment:
             continue
         c = int(run_cls[r])
+        if pending_first:
+            # the first class did not last: the first segment (from the player's first row)
+            # takes the class of the first run that does
+            pending_first = False
+            if c != cur:
+                provisional = (cur, int(run_start[r]) + min_segment)
+                classes[0] = c
+                cur = c
+            last_lasting_end = int(run_end[r])
+            continue
         if c != cur:
             # the stretch since the previous lasting run goes to this run
             starts.append(last_lasting_end)
@@ -194,7 +211,7 @@ def segments(st: PlayerState, data_end: int, min_segment: int = PS) -> Segments:
             cur = c
         last_lasting_end = int(run_end[r])
     return Segments(np.array(starts, np.int64), np.array(classes, np.int64),
-                    np.array(decided, np.int64))
+                    np.array(decided, np.int64), provisional)
 
 
 def q1a_rows(st: PlayerState, seg: Segments, instants: np.ndarray):
@@ -209,7 +226,11 @@ def q1a_rows(st: PlayerState, seg: Segments, instants: np.ndarray):
     jj = np.maximum(j, 0)
     S = seg.start[jj]
     TS, DS, _ = st.at(S)
-    for t, s, c, dt, dd in zip(instants[ok].tolist(), S[ok].tolist(), seg.cls[jj][ok].tolist(),
+    shown = seg.cls[jj].copy()
+    if seg.provisional is not None:
+        before = (jj == 0) & (instants < seg.provisional[1])
+        shown[before] = seg.provisional[0]
+    for t, s, c, dt, dd in zip(instants[ok].tolist(), S[ok].tolist(), shown[ok].tolist(),
                                (T - TS)[ok].tolist(), (D - DS)[ok].tolist()):
         out.append((t, s, c, dd * 1e-6, (dd * 1e-6) / (dt * 1e-12) * 3.6 if dt > 0 else 0.0,
                     False))
