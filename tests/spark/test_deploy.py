@@ -133,6 +133,7 @@ def test_starting_queries_setting_must_be_a_number(spark, tmp_path):
         spark.conf.unset(Launcher.STARTING_CONF)
 
 
+@pytest.mark.slow   # ~25 s: the live source runs until the stop
 def test_epic_stop_ends_a_live_deploy_and_its_status_says_so(spark, tmp_path):
     """`epic stop` on a live deploy: it exits with status `stopped` (`epic status` while it ran
     said `running`), a second `epic stop` is refused, and the rows it committed are whole ones."""
