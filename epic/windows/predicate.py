@@ -154,8 +154,8 @@ class PredicateWindowOperator(Clocked):
 
     def _release(self, rows: list, final: bool = False) -> list[pa.RecordBatch]:
         """Queue ``rows`` and send the queued rows no later row can precede: ``ts`` below the
-        output watermark (all at the end), ordered by ``ts``, then the key's rank (its first
-        item in this node's input), then production. Windows of different keys close in item
+        output watermark (all at the end), ordered by ``ts``, then the key's rank (the order in
+        which this node took each key's first item), then production. Windows of different keys close in item
         order, not in ``ts`` order (a ``newstart`` window ends at its last item but closes at the
         next start), so without the queue a downstream node would find rows late."""
         if rows:
