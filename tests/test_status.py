@@ -117,7 +117,7 @@ def test_lock_holder_sees_a_lock_only_while_it_is_held(tmp_path):
 @pytest.mark.parametrize(("setting", "message"), [
     ("spark.epic.startingQueries=abc", r"spark.epic.startingQueries='abc': expected a whole"),
     ("spark.epic.backgroundNice=high", r"spark.epic.backgroundNice='high': expected a nice"),
-    ("spark.epic.backgroundNice=50", r"spark.epic.backgroundNice=50: expected a nice value from"),
+    ("spark.epic.backgroundNice=50", r"spark.epic.backgroundNice='50': expected a nice value"),
     ("spark.epic.startingQueries= ", r"spark.epic.startingQueries=' ': expected a whole"),
     ("spark.epic.splitSeconds=-3", r"spark.epic.splitSeconds='-3': expected seconds"),
     ("spark.epic.sourceFirst=perhaps", r"spark.epic.sourceFirst='perhaps': expected true or"),

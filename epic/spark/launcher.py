@@ -132,14 +132,19 @@ class Launcher:
         driver's cores (1 to 4). On two cores one at a time: two planner processes spawning at
         once beside three drivers and two executors (the cluster test) once missed Spark's
         10-second connect-back (``Python worker failed to connect back``)."""
-        v = self.spark.conf.get(self.STARTING_CONF, None)
-        if v:
-            try:
-                return max(1, int(v))
-            except ValueError:
-                raise EpicError(f"--conf {self.STARTING_CONF}={v!r}: expected a whole number "
-                                "of queries, e.g. 2") from None
-        return max(1, min(4, (os.cpu_count() or 2) // 2))
+        n = self.parse_starting(self.spark.conf.get(self.STARTING_CONF, None))
+        return n if n is not None else max(1, min(4, (os.cpu_count() or 2) // 2))
+
+    @classmethod
+    def parse_starting(cls, v) -> int | None:
+        """The value of ``spark.epic.startingQueries`` (None: not set)."""
+        if v is None or v == "":
+            return None
+        try:
+            return max(1, int(v))
+        except ValueError:
+            raise EpicError(f"--conf {cls.STARTING_CONF}={v!r}: expected a whole number "
+                            "of queries, e.g. 2") from None
 
     def _await_slots(self, pending: list, starting: int, timeout: float = 60.0) -> list:
         """Wait until fewer than ``starting`` of ``pending`` are still initialising (or

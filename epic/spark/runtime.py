@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from epic.atomic import atomic_json
 from epic.errors import EpicError
 from epic.spark.launcher import Launcher
-from epic.spark.planner import BRANCH_TASKS_CONF, SOURCE_FIRST_CONF, DeployPlan, plan_modes
+from epic.spark.planner import (BACKGROUND_NICE_CONF, BRANCH_TASKS_CONF, SOURCE_FIRST_CONF,
+                                SPLIT_SECONDS_CONF, DeployPlan, plan_modes)
 from epic.spark.trace import event, span
 from epic.spark.status import STATUS, STOP, Stats, read_status, request_stop, status_table
 from epic.topics import Topic
@@ -437,25 +438,22 @@ def local_slots(topology: Topology, source_first: bool = False) -> int | None:
     return None
 
 
-def _background_nice(spark) -> int | None:
-    """``--conf spark.epic.backgroundNice=N`` (None: not set)."""
-    from epic.spark.planner import BACKGROUND_NICE_CONF
-
-    v = spark.conf.get(BACKGROUND_NICE_CONF, None)
+def _background_nice(v) -> int | None:
+    """``--conf spark.epic.backgroundNice=N`` from its value ``v`` (None: not set)."""
     if v is None or v == "":
         return None
     try:
-        return int(v)
+        n = int(v)
     except ValueError:
+        n = -1
+    if not 0 <= n <= 19:
         raise EpicError(f"--conf {BACKGROUND_NICE_CONF}={v!r}: expected a nice value from 0 "
                         "(off) to 19, e.g. 10") from None
+    return n
 
 
-def _split_seconds(spark) -> float | None:
-    """``--conf spark.epic.splitSeconds=S`` (None: not set)."""
-    from epic.spark.planner import SPLIT_SECONDS_CONF
-
-    v = spark.conf.get(SPLIT_SECONDS_CONF, None)
+def _split_seconds(v) -> float | None:
+    """``--conf spark.epic.splitSeconds=S`` from its value ``v`` (None: not set)."""
     if v is None or not str(v).strip():
         return None
     try:
@@ -472,8 +470,6 @@ def check_epic_conf(conf) -> None:
     """Refuse an unknown ``spark.epic.*`` key or a bad value of a known one in ``--conf``
     settings, naming it, before the deploy writes anything (a misspelt key would be ignored)."""
     from epic.spark.launcher import Launcher
-    from epic.spark.planner import (BACKGROUND_NICE_CONF, BRANCH_TASKS_CONF, SOURCE_FIRST_CONF,
-                                    SPLIT_SECONDS_CONF)
 
     known = (Launcher.STARTING_CONF, BACKGROUND_NICE_CONF, BRANCH_TASKS_CONF, SOURCE_FIRST_CONF,
              SPLIT_SECONDS_CONF)
@@ -483,27 +479,11 @@ def check_epic_conf(conf) -> None:
             raise EpicError(f"--conf {k}: not a setting of epic's; epic reads {', '.join(known)} "
                             "(docs/deploy.md)")
 
-    class _Given:   # the settings, read the way a session's (spark.conf.get) are
-        @staticmethod
-        def get(key, default=None):
-            return conf.get(key, default)
-
-    given = _Given()
-    given.conf = given
-    nice = _background_nice(given)
-    if nice is not None and not 0 <= nice <= 19:
-        raise EpicError(f"--conf {BACKGROUND_NICE_CONF}={nice!r}: expected a nice value from 0 "
-                        "(off) to 19, e.g. 10")
-    _split_seconds(given)
+    _background_nice(conf.get(BACKGROUND_NICE_CONF))
+    _split_seconds(conf.get(SPLIT_SECONDS_CONF))
     _flag(conf.get(BRANCH_TASKS_CONF), BRANCH_TASKS_CONF)
     _flag(conf.get(SOURCE_FIRST_CONF), SOURCE_FIRST_CONF)
-    v = conf.get(Launcher.STARTING_CONF)
-    if v is not None:
-        try:
-            int(v)
-        except ValueError:
-            raise EpicError(f"--conf {Launcher.STARTING_CONF}={v!r}: expected a whole number "
-                            "of queries, e.g. 2") from None
+    Launcher.parse_starting(conf.get(Launcher.STARTING_CONF))
 
 
 def _flag(value, name: str) -> bool | None:
@@ -613,13 +593,14 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
     check_picklable(topology)
     plan = DeployPlan(topology, wd, partitions=partitions, fuse=fuse, batch_rows=batch_rows,
                       retention=retention, driver_dir=driver,
-                      background_nice=_background_nice(spark),
+                      background_nice=_background_nice(
+                          spark.conf.get(BACKGROUND_NICE_CONF, None)),
                       branch_tasks=_flag(spark.conf.get(BRANCH_TASKS_CONF, None),
                                          BRANCH_TASKS_CONF),
                       source_first=bool(_flag(spark.conf.get(SOURCE_FIRST_CONF, None),
                                               SOURCE_FIRST_CONF)),
                       cpu_slots=cores if local else 0,
-                      split_seconds=_split_seconds(spark))
+                      split_seconds=_split_seconds(spark.conf.get(SPLIT_SECONDS_CONF, None)))
     check_plan(wd, os.path.join(driver, "checkpoints"), [plan.unit_name(u) for u in plan.units])
     plan.create_topics()
     launcher = Launcher(spark, plan, trigger_interval)

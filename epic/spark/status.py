@@ -53,23 +53,28 @@ def read_status(workdir: str) -> dict:
     return _check_alive(workdir, doc, manifest or {})
 
 
-def _check_alive(workdir: str, doc: dict, manifest: dict) -> dict:
-    """``doc`` with state ``gone`` when it says running but nobody holds the deploy lock."""
+def _deploy_running(workdir: str, manifest: dict) -> bool | None:
+    """Whether a deploy holds ``workdir``'s lock; None when the lock cannot be seen from here
+    (a remote work directory without a checkpoint directory here, another machine's driver)."""
     import socket
 
     from epic.spark.lock import lock_holder
 
-    if doc.get("state") not in ("running", "starting"):
-        return doc
     lock_dir = manifest.get("checkpoint_dir")
     if lock_dir is not None:
         if manifest.get("driver_host") != socket.gethostname():
-            return doc   # another machine's driver: its lock cannot be seen from here
+            return None
     elif "://" in workdir:
-        return doc
+        return None
     else:
         lock_dir = workdir
-    if lock_holder(lock_dir) is not None:
+    return lock_holder(lock_dir) is not None
+
+
+def _check_alive(workdir: str, doc: dict, manifest: dict) -> dict:
+    """``doc`` with state ``gone`` when it says running but nobody holds the deploy lock."""
+    if doc.get("state") not in ("running", "starting") \
+            or _deploy_running(workdir, manifest) is not False:
         return doc
     pid = doc.get("pid", "?")
     return {**doc, "state": "gone", "error": (
@@ -100,14 +105,9 @@ def request_stop(workdir: str) -> None:
     except EpicError:
         state = None   # a deploy still starting has not written its status yet
     if state in ("finished", "failed", "stopped", "gone"):
-        import socket
-
-        from epic.spark.lock import lock_holder
-
         with open(os.path.join(workdir, "deploy.json")) as f:
             manifest = json.load(f)
-        here = manifest.get("driver_host", socket.gethostname()) == socket.gethostname()
-        if here and lock_holder(manifest.get("checkpoint_dir") or workdir) is None:
+        if _deploy_running(workdir, manifest) is False:
             raise EpicError(f"no deploy is running in {workdir} (its status: {state}); nothing "
                             "to stop")
     with open(os.path.join(workdir, STOP), "w") as f:
