@@ -516,7 +516,15 @@ class Sum(Aggregate):
 
     def _total(self, values):
         if values.dtype.kind in "iub":
-            return int(values.sum(dtype=np.int64)) if len(values) else 0, 0.0
+            if not len(values):
+                return 0, 0.0
+            # int64 addition wraps; its result is the exact sum modulo 2**64, so it is exact
+            # whenever the true sum is well inside int64 (a float sum tells). Otherwise the
+            # exact Python sum: the window's result then fails its int64 column with the fix.
+            if (values.dtype.kind != "u" or values.dtype.itemsize < 8) and \
+                    abs(float(values.sum(dtype=np.float64))) < 2.0 ** 62:
+                return int(values.sum(dtype=np.int64)), 0.0
+            return _builtin_sum(int(x) for x in values.tolist()), 0.0
         v = values.astype(np.float64, copy=False)
         total = math.fsum(v.tolist()) if len(v) < 64 else float(np.sum(v))
         return total, float(np.abs(v).sum())

@@ -102,6 +102,33 @@ def test_float_sums_do_not_drift():
     assert agg.result(s) == pytest.approx(0.3, abs=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["int64", "uint64", "int32"])
+def test_integer_sums_are_exact_beyond_int64_in_one_batch(dtype):
+    """int64 addition wraps: a batch whose true sum leaves int64 is summed exactly (the window's
+    int64 result column then stops the run, docs/windows.md "Built-ins"); in range, sums that
+    pass beyond int64 on the way stay exact."""
+    agg = A.get_aggregate("sum")
+    big = {"int64": 2**62, "uint64": 2**63 + 5, "int32": 2**31 - 1}[dtype]
+    values = np.array([big] * 3, dtype=dtype)
+    assert agg.result(agg.add_batch(agg.init(), values)) == 3 * big
+    s = agg.add_batch(agg.init(), np.array([2**62, 2**62, -(2**62)], dtype=np.int64))
+    assert agg.result(s) == 2**62
+    assert agg.result(agg.remove_batch(s, np.array([2**62, 2**62], np.int64))) == -(2**62)
+
+
+def test_integer_sum_beyond_int64_stops_a_tumbling_window():
+    import epic
+
+    t = epic.Topology("big")
+    rows = [{"ts": i, "v": 2**62} for i in range(3)]
+    s = t.source("s", epic.iterator_source(rows, schema={"ts": "int64", "v": "int64"},
+                                           time="ts", unit="s"))
+    w = t.window("w", s, epic.tumbling(10), aggregates=[epic.sum("v")], late="drop")
+    t.sink("o", w, epic.collect_sink())
+    with pytest.raises(SpecError, match="sum_v.*int64"):
+        epic.run(t)
+
+
 def test_variance_far_from_zero():
     agg = A.variance("v").aggregate
     xs = 1e9 + np.array([1.0, 2.0, 3.0, 4.0])
