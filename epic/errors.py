@@ -90,7 +90,8 @@ def _user_frame(exc: BaseException) -> str | None:
 
 
 class NodeFailure(EpicError):
-    """A user function inside a node raised. Names the node, the function and the batch."""
+    """A user function inside a node raised (or returned what the node cannot take: `returned`).
+    Names the node, the function and the batch."""
 
     def __init__(self, node: str, function: str, batch: object, cause: BaseException, *,
                  user: bool = True):
@@ -110,3 +111,12 @@ class NodeFailure(EpicError):
         self.function = function
         self.batch = batch
         self.cause = cause
+
+    @classmethod
+    def returned(cls, node: str, function: str, batch: object, message: str) -> NodeFailure:
+        """A user function returned what its node cannot take (it raised nothing itself):
+        ``message`` names the node, what was wrong and the fix; ``cause`` is None."""
+        self = cls.__new__(cls)
+        EpicError.__init__(self, message)
+        self.node, self.function, self.batch, self.cause = node, function, batch, None
+        return self

@@ -272,18 +272,18 @@ def test_a_returned_tuple_names_every_column_and_its_event_time():
     column of nulls that a window downstream would refuse without naming the split."""
     import pytest
 
-    from epic.errors import EpicError
+    from epic.errors import NodeFailure
 
     ok = epic.run(_split_topology(lambda i, r: {"sid": r["sid"], "ts": r["ts"], "v": -r["v"]}
                                   if i == 0 else r["sid"] == 1))
     assert ok.collected["a"].column("v").to_pylist() == [-float(i) for i in range(6)]
     assert ok.collected["b"].column("ts").to_pylist() == [1, 3, 5]
-    with pytest.raises(EpicError, match=r"node 'split': output 0: a returned tuple lacks "
+    with pytest.raises(NodeFailure, match=r"node 'split': output 0: a returned tuple lacks "
                                         r"'ts'.*schemas=\[\.\.\.\].*True"):
         epic.run(_split_topology(lambda i, r: {"sid": r["sid"], "v": r["v"]} if i == 0 else True))
-    with pytest.raises(EpicError, match=r"output 1: a returned tuple has 'w' not in the output"):
+    with pytest.raises(NodeFailure, match=r"output 1: a returned tuple has 'w' not in the output"):
         epic.run(_split_topology(lambda i, r: {**r, "w": 1} if i == 1 else True))
-    with pytest.raises(EpicError, match=r"output 0: 6 tuple\(s\) with a null event time 'ts'"):
+    with pytest.raises(NodeFailure, match=r"output 0: 6 tuple\(s\) with a null event time 'ts'"):
         epic.run(_split_topology(lambda i, r: {**r, "ts": None} if i == 0 else True))
     # a declared output schema: tuples of its columns, nulls given as None
     t = _split_topology(lambda i, r: {"sid": r["sid"], "ts": r["ts"], "w": None} if i == 0
@@ -294,7 +294,7 @@ def test_a_returned_tuple_names_every_column_and_its_event_time():
     t = _split_topology(lambda i, r: True, schemas=[
         {"sid": "int64", "ts": "int64", "w": "float64"},
         {"sid": "int64", "ts": "int64", "v": "float64"}])
-    with pytest.raises(EpicError, match=r"output 0 declares the columns sid, ts, w, but the "
+    with pytest.raises(NodeFailure, match=r"output 0 declares the columns sid, ts, w, but the "
                                         r"query sent it a row unchanged \(True\)") as info:
         epic.run(t)
     assert "user function" not in str(info.value)

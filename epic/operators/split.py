@@ -146,7 +146,8 @@ class SplitOperator:
             b = pa.RecordBatch.from_pylist(outs[i], schema=user)
             t = self.times[i]
             if t is not None and b.column(t).null_count:
-                raise EpicError(
+                raise NodeFailure.returned(
+                    self.node, "distribution query", self._batches,
                     f"node {self.node!r}: output {i}: {b.column(t).null_count} tuple(s) with a "
                     f"null event time {t!r} (input batch {self._batches}); return it in every "
                     "tuple, or True to send the row unchanged")
@@ -166,7 +167,8 @@ class SplitOperator:
                 continue
             cols = ", ".join(names)
             if r.keys() == dict.fromkeys(inputs).keys():
-                raise EpicError(
+                raise NodeFailure.returned(
+                    self.node, "distribution query", self._batches,
                     f"node {self.node!r}: output {i} declares the columns {cols}, but the query "
                     f"sent it a row unchanged (True), which has the input's columns "
                     f"{', '.join(inputs)} (input batch {self._batches}); return a tuple with the "
@@ -178,7 +180,8 @@ class SplitOperator:
                 what.append(f"lacks {', '.join(map(repr, missing))}")
             if extra:
                 what.append(f"has {', '.join(map(repr, extra))} not in the output")
-            raise EpicError(
+            raise NodeFailure.returned(
+                self.node, "distribution query", self._batches,
                 f"node {self.node!r}: output {i}: a returned tuple {' and '.join(what)} (the "
                 f"output's columns: {cols}; input batch {self._batches}); return every column "
                 "(None for a null), declare the output's columns with splitstream(..., "
