@@ -115,7 +115,9 @@ def test_merge_equals_a_sort_of_everything_for_any_cuts_and_watermarks(events, s
     for k, (i, ts, sort, step) in enumerate(events):
         ts = [t for t in (sorted(ts) if sort else ts) if t >= wm[i]]
         if ts:
-            out += m.on_batch(batch(ts, str(i)), input=i)
+            labels = [f"{i}/{len(sent) + j}" for j in range(len(ts))]
+            out += m.on_batch(pa.RecordBatch.from_pylist(
+                [{"ts": t, "src": x} for t, x in zip(ts, labels)], schema=SCH), input=i)
             sent += [(t, i, len(sent) + j) for j, t in enumerate(ts)]
         wm[i] += step
         out += m.on_watermark(wm[i], input=i)
@@ -125,4 +127,14 @@ def test_merge_equals_a_sort_of_everything_for_any_cuts_and_watermarks(events, s
             m.restore(data)
     out += m.on_end()
     assert m.late_rows == 0
-    assert rows(out) == [(t, str(i)) for t, i, _ in sorted(sent)]
+    assert rows(out) == [(t, f"{i}/{a}") for t, i, a in sorted(sent)]
+
+
+def test_rows_left_by_a_sorting_release_keep_their_inputs():
+    """An out-of-order input makes a release sort the pending rows; the rows it leaves keep
+    their inputs, so a later tie still goes by input index (docs/topologies.md, merge)."""
+    m = MergeOperator(2, SCH, "ts")
+    out = m.on_batch(batch([1, 3], "a"), input=1) + m.on_watermark(3, input=1)
+    out += m.on_batch(batch([3, 2], "b"), input=0) + m.on_watermark(3, input=0)
+    out += m.on_end()
+    assert rows(out) == [(1, "a"), (2, "b"), (3, "b"), (3, "a")]

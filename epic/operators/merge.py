@@ -203,8 +203,14 @@ class MergeOperator:
         order_keys = np.lexsort((one_array(table.column(_SEQ)).to_numpy(),
                                  one_array(table.column(_IN)).to_numpy(), times))
         ready_sorted = order_keys[ready[order_keys]]
-        rest = table.filter(pa.array(~ready))
-        self._pending = rest.to_batches() if rest.num_rows else []
+        # What waits stays one input per batch, in arrival order (_sorted_runs takes a batch's
+        # input from its first row)
+        ins = one_array(table.column(_IN)).to_numpy()
+        rest = np.flatnonzero(~ready)
+        rest = rest[np.argsort(ins[rest], kind="stable")]
+        cuts = (np.flatnonzero(np.diff(ins[rest]) != 0) + 1).tolist()
+        self._pending = [b for a, z in zip([0] + cuts, cuts + [len(rest)])
+                         for b in table.take(pa.array(rest[a:z])).to_batches() if b.num_rows]
         return table.take(pa.array(ready_sorted)).to_batches()
 
     # -- state -------------------------------------------------------------------------------
