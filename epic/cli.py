@@ -13,6 +13,7 @@ parameter the topology never reads is an error, so typos do not go unnoticed.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -23,7 +24,7 @@ import typer
 from rich.console import Console
 
 from .errors import EpicError, TopologyError
-from .topology import Topology, param_scope
+from .topology import BareFlag, Topology, param_scope
 
 __all__ = ["app", "load_topology", "parse_params", "say"]
 
@@ -43,11 +44,20 @@ def parse_params(pairs: List[str] | None, extra: List[str] | None) -> dict[str, 
     {'input': 'a.csv', 'out': 'o', 'delays': 'true', 'n': '3'}
     """
     out: dict[str, str] = {}
+    given: dict[str, str] = {}   # how each was written, for the message on a repeat
+
+    def put(key: str, val: str, how: str) -> None:
+        if key in out:
+            raise TopologyError(f"parameter {key!r} is given twice ({given[key]} and {how}); "
+                                "give it once")
+        out[key] = val
+        given[key] = how
+
     for item in pairs or []:
         if "=" not in item:
             raise TopologyError(f"--param {item!r}: write key=value, e.g. --param input=data.csv")
         k, v = item.split("=", 1)
-        out[k.strip().replace("-", "_")] = v
+        put(k.strip().replace("-", "_"), v, f"--param {item}")
     args = list(extra or [])
     i = 0
     while i < len(args):
@@ -65,20 +75,25 @@ def parse_params(pairs: List[str] | None, extra: List[str] | None) -> dict[str, 
             val = args[i + 1]
             i += 1
         else:
-            val = "true"
-        out[key.replace("-", "_")] = val
+            val = BareFlag("true")
+        put(key.replace("-", "_"), val, a if isinstance(val, BareFlag) or "=" in a
+            else f"{a} {val}")
         i += 1
     return out
 
 
 def load_topology(path: str | os.PathLike, name: str | None = None,
-                  params: dict[str, str] | None = None) -> Topology:
-    """Import a topology file and return its topology (see the module docstring)."""
+                  params: dict[str, str] | None = None, options: list[str] | None = None
+                  ) -> Topology:
+    """Import a topology file and return its topology (see the module docstring).
+    ``options``: the command's own option names, to suggest one for a mistyped parameter."""
     path = Path(path)
     if not path.is_file():
         raise TopologyError(f"{path}: no such topology file")
-    mod_name = f"epic_topology_{path.stem.replace('-', '_')}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
+    mod_name = f"epic_topology_{path.stem.replace('-', '_').replace('.', '_')}"
+    # A loader of its own: a file not named *.py is Python all the same
+    spec = importlib.util.spec_from_loader(
+        mod_name, importlib.machinery.SourceFileLoader(mod_name, str(path)))
     module = importlib.util.module_from_spec(spec)
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)
@@ -96,14 +111,18 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
         raise TopologyError(f"{where}: {type(exc).__name__}: {exc.msg}{caret}\n"
                             "(the topology file does not compile; --debug shows the traceback)"
                             ) from exc
-    except EpicError:
-        raise
+    except EpicError as exc:
+        # An epic call in the file refused its arguments: say which line made the call
+        where = _file_line(exc, path)
+        if where is None or str(exc).startswith(str(path)):
+            raise
+        try:
+            again = type(exc)(f"{where}: {exc}")
+        except TypeError:
+            raise exc from None
+        raise again from exc
     except Exception as exc:
-        import traceback
-
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if os.path.abspath(f.filename) == str(path.resolve())]
-        where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+        where = _file_line(exc, path) or str(path)
         raise TopologyError(f"{where}: {type(exc).__name__}: {exc} (raised while importing the "
                             "topology file; --debug shows the traceback)") from exc
     finally:
@@ -114,8 +133,20 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
     unknown = sorted(set(params or {}) - scope.used)
     if unknown:
         known = ", ".join(sorted(scope.used)) or "none"
+        hint = ""
+        if options:
+            import difflib
+
+            near = {u: difflib.get_close_matches("--" + u.replace("_", "-"), options, n=1)
+                    for u in unknown}
+            near = {u: m[0] for u, m in near.items() if m}
+            if near:
+                hint = ("; " + ", ".join(f"--{u.replace('_', '-')}: did you mean the option {m}?"
+                                         for u, m in near.items())
+                        + " (a command's options are spelled exactly; anything else before or "
+                        "after `--` is a topology parameter)")
         raise TopologyError(f"{path}: unknown parameter(s) {', '.join(unknown)}; the topology "
-                            f"reads: {known}")
+                            f"reads: {known}{hint}")
     found = {k: v for k, v in vars(module).items() if isinstance(v, Topology)}
     for t in found.values():
         # Where it came from: `epic deploy` ships the modules beside it (epic.spark.ship).
@@ -135,6 +166,15 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
         raise TopologyError(f"{path}: several topologies ({', '.join(found)}); choose one with "
                             "--name")
     return next(iter(unique.values()))
+
+
+def _file_line(exc: BaseException, path: Path) -> str | None:
+    """``file:line`` of the topology file's last frame in ``exc``'s traceback."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if os.path.abspath(f.filename) == str(path.resolve())]
+    return f"{path}:{frames[-1].lineno}" if frames else None
 
 
 def say(console: Console, label: str, style: str, message: object) -> None:
@@ -164,8 +204,14 @@ DebugOpt = typer.Option(False, "--debug", help="On an error, also print the full
                         callback=_set_debug, is_eager=True, expose_value=False)
 
 
+def command_options(ctx: typer.Context) -> list[str]:
+    """The long option names of ``ctx``'s command (``--stats``, ``--no-summary``, ...)."""
+    return [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts)
+            if o.startswith("--")]
+
+
 def _load(ctx: typer.Context, topology: Path, name, params) -> Topology:
-    return load_topology(topology, name, parse_params(params, ctx.args))
+    return load_topology(topology, name, parse_params(params, ctx.args), command_options(ctx))
 
 
 TopologyArg = typer.Argument(..., help="A Python file building a module-level epic.Topology.",
@@ -257,8 +303,11 @@ def graph(ctx: typer.Context,
         t = _load(ctx, topology, name, param)
         t.validate(warn=False)
         counts = None
+        if stats is not None and measure:
+            raise TopologyError("--stats and --run are alternatives: widths from a run's "
+                                "counters file, or from a run made now; give one")
         if stats is not None:
-            counts = json.loads(stats.read_text())["edges"]
+            counts = _edge_counts(stats, t)
         elif measure:
             from .runner import run as run_topology
             counts = run_topology(t, validate=False).edges
@@ -266,6 +315,29 @@ def graph(ctx: typer.Context,
     except EpicError as exc:
         _fail(exc)
     typer.echo(msg)
+
+
+def _edge_counts(stats: Path, t: Topology) -> dict:
+    """The row count per stream in ``stats`` (``epic run --stats``), checked against ``t``."""
+    import json
+
+    try:
+        doc = json.loads(stats.read_text())
+    except FileNotFoundError:
+        raise TopologyError(f"--stats {stats}: no such file; write one with `epic run "
+                            f"... --stats {stats}`, or draw from a run now with --run") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TopologyError(f"--stats {stats}: not an `epic run --stats` file ({exc})") from None
+    edges = doc.get("edges") if isinstance(doc, dict) else None
+    if not isinstance(edges, dict):
+        raise TopologyError(f"--stats {stats}: not an `epic run --stats` file (no \"edges\" "
+                            "counts)")
+    streams = {s.name for n in t.nodes.values() for s in n.outputs}
+    if not streams & set(edges):
+        raise TopologyError(f"--stats {stats}: its counts are for other streams "
+                            f"({', '.join(sorted(edges)[:5])}) than those of topology {t.name!r}; "
+                            "give the counters of a run of this topology")
+    return edges
 
 
 # -- topics ------------------------------------------------------------------------------------

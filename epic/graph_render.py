@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from typing import Mapping
 
+from .errors import EpicError
 from .topology import SinkNode, SourceNode, SplitNode, Topology
 
 __all__ = ["to_dot", "render", "layers", "draw_matplotlib"]
@@ -86,6 +87,12 @@ def to_dot(topology: Topology, counts: Mapping[str, int] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: output suffixes: DOT text, or what Graphviz ``dot -T<suffix>`` writes (matplotlib draws
+#: svg, png and pdf when ``dot`` is missing)
+_FORMATS = {"", "dot", "gv", "svg", "png", "pdf", "jpg", "jpeg", "gif", "ps", "eps", "json",
+            "plain", "bmp", "tif", "tiff", "webp"}
+
+
 def render(topology: Topology, path: str | os.PathLike, counts: Mapping[str, int] | None = None
            ) -> tuple[str, str]:
     """Write the graph to ``path``; return ``(written_path, message)``.
@@ -95,6 +102,10 @@ def render(topology: Topology, path: str | os.PathLike, counts: Mapping[str, int
     ``path`` with a ``.dot`` suffix and the message says how to get ``dot``.
     """
     path = os.fspath(path)
+    fmt = os.path.splitext(path)[1].lstrip(".").lower()
+    if fmt not in _FORMATS:
+        raise EpicError(f"{path}: .{fmt} is not a format a graph is drawn in; name the file "
+                          ".svg, .png or .pdf (or .dot for the DOT text)")
     text = to_dot(topology, counts)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)

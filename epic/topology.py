@@ -148,6 +148,10 @@ def param(name: str, default: Any = None, *, type: Callable[[str], Any] | None =
     if given is None:
         return default
     conv = type or (None if default is None else builtins_type(default))
+    if isinstance(given, BareFlag) and conv is not None and conv is not bool:
+        raise TopologyError(f"parameter {name!r}: --{name.replace('_', '-')} was given without "
+                            f"a value (a bare flag means true, for true/false parameters); "
+                            f"give it one: --{name.replace('_', '-')} VALUE")
     if conv is None or conv is str:
         return given
     if conv is bool:
@@ -164,6 +168,11 @@ def param(name: str, default: Any = None, *, type: Callable[[str], Any] | None =
 
 
 builtins_type = type
+
+
+class BareFlag(str):
+    """The value of a parameter given as a bare ``--flag`` on the command line: ``"true"``,
+    refused by :func:`param` where the parameter is not a true/false one."""
 
 
 class param_scope:

@@ -70,6 +70,52 @@ def test_unknown_parameter_is_an_error(topo):
     assert "unknown parameter(s) nn; the topology reads: n, out" in r.output
 
 
+def test_usage_slips_are_named(topo, tmp_path):
+    """A mistyped option, a forgotten value, a parameter given twice, an epic call refusing
+    its arguments, a file not named *.py: one line naming what and where (docs/topologies.md,
+    "Command line")."""
+    r = runner.invoke(app, ["run", str(topo), "--stat", "x.json"])
+    assert r.exit_code == 1
+    assert "unknown parameter(s) stat" in r.output
+    assert "--stat: did you mean the option --stats?" in r.output
+    r = runner.invoke(app, ["run", str(topo), "--", "--out"])
+    assert r.exit_code == 1 and "--out was given without a value" in r.output
+    assert not (Path.cwd() / "true").exists()
+    r = runner.invoke(app, ["run", str(topo), "-p", "n=3", "--", "--n", "4"])
+    assert r.exit_code == 1
+    assert "parameter 'n' is given twice (--param n=3 and --n 4)" in r.output
+    bad = tmp_path / "unit.py"
+    bad.write_text(TOPO.replace('time="ts", unit="s"', 'time="ts", unit="sec"'))
+    r = runner.invoke(app, ["validate", str(bad)])
+    assert r.exit_code == 1 and f"{bad}:8: " in r.output and "unknown time unit" in r.output
+    txt = tmp_path / "tiny.topology"
+    txt.write_text(TOPO)
+    r = runner.invoke(app, ["validate", str(txt)])
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output
+
+
+def test_graph_refuses_what_it_cannot_draw_from(topo, tmp_path):
+    """`epic graph --stats`: a missing file, a file that is not `epic run --stats` output, the
+    counters of another topology, --stats with --run, an unknown suffix: one line each."""
+    out = str(tmp_path / "g.svg")
+    r = runner.invoke(app, ["graph", str(topo), "-o", out, "--stats", str(tmp_path / "no.json")])
+    assert r.exit_code == 1 and "no.json: no such file" in r.output
+    (tmp_path / "bad.json").write_text("{oops")
+    r = runner.invoke(app, ["graph", str(topo), "-o", out, "--stats", str(tmp_path / "bad.json")])
+    assert r.exit_code == 1 and "not an `epic run --stats` file" in r.output
+    (tmp_path / "other.json").write_text(json.dumps({"edges": {"readings": 3}}))
+    r = runner.invoke(app, ["graph", str(topo), "-o", out, "--stats",
+                            str(tmp_path / "other.json")])
+    assert r.exit_code == 1 and "counts are for other streams (readings)" in r.output
+    r = runner.invoke(app, ["graph", str(topo), "-o", out, "--run", "--stats",
+                            str(tmp_path / "other.json")])
+    assert r.exit_code == 1 and "--stats and --run are alternatives" in r.output
+    r = runner.invoke(app, ["graph", str(topo), "-o", str(tmp_path / "g.txt")])
+    assert r.exit_code == 1 and ".txt is not a format" in r.output
+    assert "Traceback" not in r.output and not list(tmp_path.glob("g.*"))
+
+
 def test_validate_lists_nodes_and_schemas(topo):
     """`epic validate` builds the topology and prints every stream's schema and time."""
     r = runner.invoke(app, ["validate", str(topo)])

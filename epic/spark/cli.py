@@ -81,12 +81,13 @@ def register(app: typer.Typer) -> None:
         """
         from rich.console import Console
 
-        from epic.cli import load_topology, parse_params, say
+        from epic.cli import command_options, load_topology, parse_params, say
         from epic.errors import EpicError
 
         err = Console(stderr=True)
         try:
-            t = load_topology(topology, name, parse_params(param, ctx.args))
+            t = load_topology(topology, name, parse_params(param, ctx.args),
+                              command_options(ctx))
             from epic.spark.runtime import deploy as run_deploy
 
             show = sys.stderr.isatty() if progress is None else progress
