@@ -24,7 +24,8 @@ def generate(
                                      help="The real referee-events directory to replay."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
-    """Generate a game in the real sensor format; its ground truth goes to <out>.truth.json."""
+    """Generate a game in the real sensor format; its ground truth goes beside it (game.csv:
+    game.truth.json; another name: <out>.truth.json)."""
     from .generator import GeneratorConfig, generate_game
 
     cfg = GeneratorConfig() if referee_dir is None else GeneratorConfig(referee_dir=referee_dir)

@@ -172,7 +172,10 @@ class LateWriter:
         b = batch.append_column("_reason", reason)
         try:
             if self._w is None:
-                self._w = pacsv.CSVWriter(self._f, b.schema)
+                # a header as csv_sink writes it: names quoted only where they must be
+                plain = all(not any(ch in n for ch in ',"\r\n') for n in b.schema.names)
+                self._w = pacsv.CSVWriter(self._f, b.schema, write_options=pacsv.WriteOptions(
+                    quoting_header="none" if plain else "all_valid"))
             self._w.write_batch(b)
             self._f.flush()
         except OSError as exc:   # cut back to the last whole row: a shorter file needs no space

@@ -101,6 +101,7 @@ def test_run_slack_reorders_so_the_window_sees_nothing_late(tmp_path):
     assert res.nodes["w"].late_rows == 0
     assert res.nodes["s"].late_rows == 1
     assert res.nodes["s"].extra["late_file"] == str(late)
+    assert late.read_text().splitlines()[0] == "ts,v,p,_reason"   # as csv_sink writes it
     rows = list(csv.DictReader(open(late)))
     assert [r["ts"] for r in rows] == ["2"] and "late" in rows[0]["_reason"]
     # the same as the sorted on-time rows without slack
