@@ -1,8 +1,10 @@
 """Pickle-free serialisation of operator state: msgpack with numpy arrays as extension types.
 
 Everything epic checkpoints goes through :func:`packb` / :func:`unpackb`. Supported values: None,
-bool, int (up to 64 bits), float, str, bytes, list/tuple (tuples come back as lists), dict (keys of
-any supported hashable type), numpy scalars and arrays of fixed-width dtypes. Anything else raises a
+bool, int (any size), float, str, bytes, list, tuple, dict (keys of any supported hashable type,
+tuples included), numpy scalars and arrays of fixed-width dtypes (of any shape, 0-d included).
+Subclasses of these come back as the base type (a namedtuple as a tuple, a defaultdict as a
+dict). Anything else raises a
 :class:`~epic.errors.StateError` that names the offending type, instead of silently pickling it.
 
 Snapshots (:func:`pack_state`, and a deploy's state files) use :func:`pack_large`: the same msgpack,
@@ -50,6 +52,12 @@ _EXT_RAW_RAGGED = 6  # data: msgpack [dtype, shape, lengths offset, nbytes, valu
 _EXT_ZRAW_ARRAY = 7  # data: msgpack [dtype, shape, offset, compressed nbytes, nbytes] (zstd)
 _EXT_FROZEN = 8      # data: msgpack Frozen.ref: [file, dtype, shape, offset, stored nbytes,
                      #   nbytes, codec or None] in a SegmentSink's file
+_EXT_TUPLE = 9       # data: msgpack array of the tuple's items (a tuple comes back a tuple, so
+                     #   a state's (value, time) pairs still compare equal and key dicts)
+
+#: packed as their base type: subclasses of what msgpack packs (strict packing hands them to
+#: ``default``); ``bool`` before ``int``
+_BASES = (bool, int, float, str, bytes, list, dict)
 
 #: :func:`pack_large`'s container: 0xc1 (a byte msgpack never uses, so no msgpack document starts
 #: with it), a tag, the body's length (little-endian u64), the msgpack body, then the raw
@@ -122,7 +130,7 @@ class SegmentSink:
     def add(self, arr: np.ndarray) -> list:
         import pyarrow as pa
 
-        arr = np.ascontiguousarray(arr)
+        arr = _contiguous(arr)
         flat = arr.reshape(-1).view(np.uint8)
         # LZ4 (raw blocks), not zstd: a segment is compressed once and decompressed at every
         # restore of the snapshots that refer to it. A DEBS window's running sums: zstd 11x at
@@ -242,13 +250,16 @@ def _default(obj):
                 return msgpack.ExtType(_EXT_RAGGED,
                                        header + lengths.tobytes() + values.tobytes())
             return msgpack.ExtType(_EXT_NDARRAY, _pack_obj_array(obj))
-        arr = np.ascontiguousarray(obj)
+        arr = _contiguous(obj)
         header = msgpack.packb([arr.dtype.str, list(arr.shape)])
         return msgpack.ExtType(_EXT_NDARRAY, header + arr.tobytes())
     if isinstance(obj, np.generic):
         return obj.item()
-    if isinstance(obj, int):  # beyond 64 bits
+    if type(obj) is int:  # beyond 64 bits
         return msgpack.ExtType(_EXT_BIGINT, str(obj).encode())
+    plain = _plain(obj, _default)
+    if plain is not None:
+        return plain
     if isinstance(obj, (set, frozenset)):
         raise StateError(f"state holds a {type(obj).__name__} ({_short(obj)}), which cannot be "
                          "checkpointed. Fix: use a sorted list, or a dict with True values")
@@ -257,6 +268,22 @@ def _default(obj):
         "cannot be checkpointed without pickle. Fix: use numbers, str, bytes, lists, dicts or "
         "numpy arrays"
     )
+
+
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    """``arr`` in C order, its shape kept (``np.ascontiguousarray`` makes a 0-d array 1-d)."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def _plain(obj, default):
+    """A tuple as :data:`_EXT_TUPLE`; a subclass of a msgpack type as that type; else None."""
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, msgpack.packb(list(obj), default=default,
+                                                         use_bin_type=True, strict_types=True))
+    for base in _BASES:
+        if isinstance(obj, base):
+            return base(obj)
+    return None
 
 
 def _short(obj) -> str:
@@ -301,6 +328,9 @@ def _ext_hook(code, data):
         return int(data.decode())
     if code == _EXT_FROZEN:
         return _frozen(data)
+    if code == _EXT_TUPLE:
+        return tuple(msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False,
+                                     use_list=True))
     raise StateError(f"unknown msgpack extension type {code} in state")
 
 
@@ -362,7 +392,7 @@ def pack_large(value, raw_min: int | None = None, join: bool = True) -> bytes | 
                     [dt.str, list(obj.shape), seg(lb, lb.nbytes), lb.nbytes,
                      seg(vb, vb.nbytes), vb.nbytes]))
         if isinstance(obj, np.ndarray) and obj.nbytes >= raw_min and not obj.dtype.hasobject:
-            arr = np.ascontiguousarray(obj)
+            arr = _contiguous(obj)
             flat = arr.reshape(-1).view(np.uint8)
             z = _compressed(flat) if flat.nbytes >= ZRAW_MIN else None
             if z is not None:
@@ -370,10 +400,12 @@ def pack_large(value, raw_min: int | None = None, join: bool = True) -> bytes | 
                     [arr.dtype.str, list(arr.shape), seg(z, z.size), z.size, flat.nbytes]))
             return msgpack.ExtType(_EXT_RAW_ARRAY, msgpack.packb(
                 [arr.dtype.str, list(arr.shape), seg(flat, flat.nbytes), flat.nbytes]))
+        if isinstance(obj, tuple):
+            return _plain(obj, default)
         return _default(obj)
 
     try:
-        body = msgpack.packb(value, default=default, use_bin_type=True, strict_types=False)
+        body = msgpack.packb(value, default=default, use_bin_type=True, strict_types=True)
     except StateError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
@@ -424,6 +456,9 @@ def _unpack_large(data) -> object:
             return bytes(mv[start:start + n])
         if code == _EXT_FROZEN:
             return _frozen(ext)
+        if code == _EXT_TUPLE:
+            return tuple(msgpack.unpackb(ext, ext_hook=hook, raw=False, strict_map_key=False,
+                                         use_list=True))
         if code == _EXT_RAW_RAGGED:
             dtype, shape, loff, ln, voff, vn = msgpack.unpackb(ext)
             dt = np.dtype(dtype)
@@ -445,7 +480,7 @@ def _unpack_large(data) -> object:
 def packb(value) -> bytes:
     """Serialise ``value`` to msgpack bytes (numpy arrays as extension types)."""
     try:
-        return msgpack.packb(value, default=_default, use_bin_type=True, strict_types=False)
+        return msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True)
     except StateError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
@@ -453,7 +488,7 @@ def packb(value) -> bytes:
 
 
 def unpackb(data: bytes):
-    """Inverse of :func:`packb` and :func:`pack_large`; tuples come back as lists."""
+    """Inverse of :func:`packb` and :func:`pack_large`."""
     try:
         if data[:len(_RAW_MAGIC)] == _RAW_MAGIC:
             return _unpack_large(data)

@@ -37,7 +37,9 @@ values = st.recursive(
     | st.text(max_size=5) | st.binary(max_size=8) | arrays()
     | st.binary(max_size=64).map(serde.Blob),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner,
-                                                                 max_size=4),
+                                                                 max_size=4)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.tuples(st.integers(-5, 5), st.text(max_size=2)), inner, max_size=3),
     max_leaves=12)
 
 
@@ -45,8 +47,8 @@ def _plain(v):
     """What packb -> unpackb gives for ``v`` (a Blob as its bytes)."""
     if isinstance(v, serde.Blob):
         return bytes(v.data)
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
+    if isinstance(v, (list, tuple)):
+        return type(v)(_plain(x) for x in v)
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
     return v
@@ -56,8 +58,8 @@ def _equal(a, b) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
                 and a.shape == b.shape and a.tobytes() == np.ascontiguousarray(b).tobytes())
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(map(_equal, a, b))
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_equal, a, b))
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
@@ -66,12 +68,40 @@ def _equal(a, b) -> bool:
 def _arrays(v):
     if isinstance(v, np.ndarray):
         yield v
-    elif isinstance(v, list):
+    elif isinstance(v, (list, tuple)):
         for x in v:
             yield from _arrays(x)
     elif isinstance(v, dict):
         for x in v.values():
             yield from _arrays(x)
+
+
+@settings(max_examples=100, deadline=None)
+@given(values, st.booleans())
+def test_values_come_back_as_they_were(value, large):
+    """A state reads back equal and of the same types: tuples as tuples (also as dict keys),
+    arrays with their shape (0-d included), Blobs as their bytes."""
+    data = serde.pack_large(value, raw_min=0) if large else serde.packb(_plain(value))
+    assert _equal(serde.unpackb(data), _plain(value))
+
+
+def test_subclasses_come_back_as_their_base_types():
+    import collections
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    point = collections.namedtuple("point", "x y")
+    state = {"p": point(1, 2), "d": collections.defaultdict(list, {"a": [1]}),
+             "lvl": Level.HIGH, "f": np.float64(0.5), "z": np.array(7)}
+    for data in (serde.packb(state), serde.pack_large(state, raw_min=0)):
+        got = serde.unpackb(data)
+        assert got["p"] == (1, 2) and type(got["p"]) is tuple
+        assert got["d"] == {"a": [1]} and type(got["d"]) is dict
+        assert got["lvl"] == 3 and type(got["lvl"]) is int
+        assert got["f"] == 0.5 and type(got["f"]) is float
+        assert got["z"].shape == () and int(got["z"]) == 7
 
 
 @settings(max_examples=100, deadline=None)   # ~0.1 s each: the recursive values are slow to draw

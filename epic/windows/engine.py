@@ -794,11 +794,18 @@ def _nested_size(results: list) -> int:
     for v in results:
         if isinstance(v, dict):
             for x in v.values():
-                if hasattr(x, "__len__") and not isinstance(x, (str, bytes)):
-                    n += len(x)
-        elif hasattr(v, "__len__") and not isinstance(v, (str, bytes)):
-            n += len(v)
+                n += _size(x)
+        else:
+            n += _size(v)
     return n
+
+
+def _size(v) -> int:
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
+        return 0
+    if isinstance(v, np.ndarray) and v.ndim == 0:   # a 0-d array is a scalar
+        return 0
+    return len(v)
 
 
 def int_column(batch: pa.RecordBatch, name: str) -> np.ndarray:
