@@ -523,6 +523,42 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             return
         call(d.watermark, step_tag, int(w), i)
 
+    # A merge of bounded inputs fed by queries of their own (which progress each at its own
+    # pace): rows of steps beyond the slowest live input's progress wait for the next
+    # micro-batch (in the snapshot), so every input's rows and watermarks of a step are there
+    # when the node takes the step, as in epic run.
+    held = st.get("held") if snap is not None else None
+    horizon = None
+    pre_markers = None
+    if (n_in > 1 and high is None and spec.upstream is None and not d.ended
+            and all(getattr(x, "bounded", True) for x in getattr(node, "inputs", ()))):
+        pre_markers = _markers(spec, batch_id, part)
+        # an input that has delivered nothing yet has progressed to no step (-1)
+        live = [-1 if o.step is None and o.seq == 0 else o.step
+                for o in pre_markers[0] if o is not None and not o.eos]
+        if live and all(x is not None for x in live) and len(live) + sum(
+                1 for o in pre_markers[0] if o is not None and o.eos) == n_in:
+            horizon = min(live)
+    if held:
+        old = pa.ipc.open_stream(pa.py_buffer(held)).read_all()
+        if table is not None:
+            old = pa.concat_tables([old.drop_columns([POS]),
+                                    table.drop_columns([POS]).select(
+                                        [c for c in old.column_names if c != POS])])
+        else:
+            old = old.drop_columns([POS])
+        table = old.append_column(POS, pa.array(np.arange(old.num_rows, dtype=np.int64)))
+    held = None
+    if table is not None and horizon is not None and not d.ended:
+        later = (table.column(STEP).to_numpy() >> 2) > horizon
+        if later.any():
+            sink_ = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink_, table.schema) as w:
+                w.write_table(table.filter(pa.array(later)))
+            held = sink_.getvalue().to_pybytes()
+            table = table.filter(pa.array(~later)) if not later.all() else None
+    if table is not None and not d.ended and table.num_rows == 0:
+        table = None
     spans = high.get("runs") if high is not None and high.get("split") and n_in == 1 else None
     if spans and not d.ended:
         # Over several partitions: replay every run of the *stream* (with or without rows of
@@ -566,9 +602,25 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         wms = table.column(WM).to_numpy()
         hwm = (table.column(HWM).to_numpy() if high is not None and HWM in table.column_names
                else None)
+        # A run's _wm was in force at its producer before the producer emitted anything of that
+        # tag, so before any input's rows of the tag: the runner forwards every watermark
+        # between steps, never during one. A node of several inputs (a merge of a split's
+        # outputs) applies each input's first such watermark before the tag's rows of every
+        # input, as epic run does; otherwise input 1's watermark would come after input 0's
+        # rows and the merge would find fewer of them late.
+        first_of_tag = None
+        if n_in > 1:
+            first_of_tag = {}
+            for a, b in runs(steps, ins, wms):
+                first_of_tag.setdefault(int(steps[a]), {}).setdefault(int(ins[a]), int(wms[a]))
+        seen_tag = None
         for a, b in runs(steps, ins, wms):
             i = int(ins[a])
             s = step_of(steps[a])
+            if first_of_tag is not None and int(steps[a]) != seen_tag:
+                seen_tag = int(steps[a])
+                for j, w in sorted(first_of_tag[seen_tag].items()):
+                    watermark(j, w, tag(s, PHASE_PRE))
             last_step = s if last_step is None else max(last_step, s)
             watermark(i, int(wms[a]), tag(s, PHASE_PRE))
             rows = _user_batch(table.slice(a, b - a), spec.in_schemas[i])
@@ -582,7 +634,14 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         call(d.observe, tag(last_step if last_step is not None else 0, PHASE_ROWS), high["max"])
 
     if not d.ended:
-        per_input, mstep = _markers(spec, batch_id, part)
+        per_input, mstep = pre_markers if pre_markers is not None else \
+            _markers(spec, batch_id, part)
+        if held is not None:
+            # an input whose rows wait: its marker (its watermark after steps not taken yet)
+            # comes again with the next micro-batch
+            per_input = [o if o is None or o.step is None or o.step <= horizon else None
+                         for o in per_input]
+            mstep = horizon
         if mstep is not None:
             last_step = mstep if last_step is None else max(last_step, mstep)
         s = last_step if last_step is not None else 0
@@ -624,6 +683,8 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
               "last_step": last_step, "fwd": fwd, "mark": mark, "ends_at": ends_at,
               "last_tag": last_tag,
               "stream_rows": base + (high.get("rows", 0) if high is not None else 0)}
+        if held is not None:
+            st["held"] = held
         summary = _summary(st)
         st["op"] = serde.Blob(st["op"])   # a raw segment of the file: not copied twice
         store.save(batch_id, serde.pack_large(st, join=False), summary=summary, segments=sink)

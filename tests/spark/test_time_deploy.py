@@ -243,3 +243,45 @@ def test_keyed_nodes_without_ranks_run_in_one_task_for_other_queries(spark, tmp_
         exp = want.collected[sink].to_pylist()
         assert len(exp) > 10, sink
         assert got == exp, sink
+
+
+def _split_merge(rows: list[dict], batch_rows: int) -> epic.Topology:
+    """One source split in two and merged back (the founding systems' replicas), as it is and
+    through a map per output (queries of their own), with every late policy a merge has, and a
+    keyed window and a process tape after a merge: the merges' frontiers decide which rows are
+    late, so they must see each step's watermarks of both inputs before its rows."""
+    t = epic.Topology("split_merge")
+    data = list(rows)
+    s = t.source("events", epic.iterator_source(lambda: iter(data), schema=SCHEMA, time="ts",
+                                                unit="s", batch_rows=batch_rows, lateness=2))
+    lo, hi = t.splitstream("split", s, 2, lambda i, r: (r["v"] < 3) == (i == 0))
+    lo2 = t.map_rows("lo_m", lo, lambda r: {**r, "v": r["v"] * 10})
+    hi2 = t.map_rows("hi_m", hi, lambda r: {**r, "v": r["v"] * 100})
+    m_emit = t.merge("m_emit", [lo2, hi2], late="emit")
+    t.sink("m_emit_out", m_emit, epic.collect_sink())
+    t.sink("m_drop_out", t.merge("m_drop", [lo, hi], late="drop"), epic.collect_sink())
+    w = t.window("m_win", m_emit, epic.tumbling(5, lateness=1), key="k", late="drop",
+                 aggregates=[epic.count("n"), epic.sum("v", name="sv")])
+    t.sink("m_win_out", w, epic.collect_sink())
+    t.sink("tape", _tape(t, "m_tape", m_emit, "ts", ("v",)), epic.collect_sink())
+    return t
+
+
+# ~25 s each: the fused case in the default tier
+@pytest.mark.parametrize("partitions,fuse", [(3, True),
+                                             pytest.param(2, False, marks=pytest.mark.slow)])
+def test_split_and_merge_of_one_source_equal_run(spark, tmp_path, partitions, fuse):
+    """A merge of one source's split outputs finds epic run's rows late (it applied one
+    input's watermark of a step after the other input's rows of that step, and took the
+    steps of a faster input before a slower one had delivered them), and everything after it
+    follows: same files in the same order, same late counts."""
+    rows, batch_rows = _rows(11, 600), 37
+    want = epic.run(_split_merge(rows, batch_rows))
+    assert want.nodes["m_drop"].late_rows > 10 and want.nodes["m_win"].late_rows > 0
+    result = deploy(_split_merge(rows, batch_rows), str(tmp_path / "wd"), spark=spark,
+                    timeout=240, fuse=fuse, partitions=partitions, batch_rows=4 * batch_rows)
+    assert result.status["state"] == "finished"
+    for sink in ("m_emit_out", "m_drop_out", "m_win_out", "tape"):
+        assert result.collected[sink].to_pylist() == want.collected[sink].to_pylist(), sink
+    for node in ("m_emit", "m_drop", "m_win"):
+        assert result.status["late_rows"][node] == want.nodes[node].late_rows, node
