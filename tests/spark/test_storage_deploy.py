@@ -102,6 +102,7 @@ t.sink("pq", w, epic.parquet_sink(out + "/w.parquet"))
 '''
 
 
+@pytest.mark.slow   # ~30 s (the default tier was 601.5 s in session 34)
 def test_deploy_writes_parquet_and_topic_sinks_to_s3(s3, tmp_path):
     """A Parquet sink and a topic sink on s3:// (the topic's segments committed by copy, its
     markers, its end of stream) hold `epic run`'s rows once one deploy of both ends."""
