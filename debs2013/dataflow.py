@@ -116,8 +116,8 @@ class DebsOptions:
             ``"drop"``: sensor rows inside interruptions do not reach the query.
         trim_markers: drop interruption markers before the input's first row and after its last
             (short or cut games: they would stretch Q2's team slices and windows over time
-            without data). The real game starts 124 s before the first marker, so nothing
-            changes there.
+            without data); an interruption on at the first row begins there. The real game
+            starts 124 s before the first marker, so nothing changes there.
         batch_rows: rows per input batch: each is one step of every node (262,144 by
             default; 65,536 cost the full game 16 % more CPU in ``epic run`` and a Parquet
             deploy 18 % more wall time: per-step work of the windows and front ends; the
@@ -342,8 +342,30 @@ def marker_batches(referee_dir: str, clock: str,
     those inside ``[first, last]`` of the sensor data."""
     markers = interruption_markers(read_game_interruptions(referee_dir, clock=clock))
     if span is not None:
-        markers = [m for m in markers if span[0] <= m.ts <= span[1]]
+        markers = trim_markers(markers, span)
     return [marker_batch([m.ts for m in markers], [m.kind for m in markers])]
+
+
+def trim_markers(markers, span: tuple[int, int]) -> list:
+    """``markers`` (in time order) inside ``[first, last]`` of the sensor data; an interruption
+    that began before the first row and is still on there begins at the first row instead (a
+    generated game's data starts microseconds after the kick-off, whose stoppage lasts seconds)."""
+    from .readers import InterruptionMarker
+
+    kept, stopped = [], None
+    for m in markers:
+        if m.ts < span[0]:
+            stopped = m if m.kind == "begin" else None
+            continue
+        if m.ts > span[1]:
+            break
+        if stopped is not None and not kept and m.ts > span[0]:
+            kept.append(InterruptionMarker(span[0], "begin", stopped.half))
+        stopped = None
+        kept.append(m)
+    if stopped is not None:
+        kept.append(InterruptionMarker(span[0], "begin", stopped.half))
+    return kept
 
 
 # ------------------------------------------------------------------------------------------------

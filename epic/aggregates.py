@@ -368,6 +368,14 @@ class AggSpec:
                             f"got {type(self.aggregate).__name__}")
         if not self.name or not isinstance(self.name, str):
             raise SpecError("an aggregate needs a non-empty output column name")
+        cls = type(self.aggregate)
+        missing = [h for h in ("init", "add") if getattr(cls, h) is getattr(Aggregate, h)]
+        if missing:
+            raise SpecError(
+                f"aggregate {self.name!r} ({cls.__name__}): no {' and no '.join(missing)}(); "
+                "Fix: define init(self) returning an empty window's state and add(self, state, "
+                "e) returning it with element e added (remove, merge, result and the batch forms "
+                "are optional)")
 
 
 def agg(aggregate: Aggregate | str, *columns: str, name: str | None = None) -> AggSpec:

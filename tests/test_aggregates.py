@@ -263,3 +263,18 @@ def test_non_numeric_builtins_over_nullable_columns_equal_a_reference(data, typ,
         live = [v for ts, v in enumerate(values) if r["window_start"] <= ts < r["window_end"]]
         for n in names:
             assert r[f"{n}_v"] == _reference(n, live), (n, r, live)
+
+
+def test_a_class_aggregate_without_init_or_add_is_refused_when_bound():
+    class NoInit(A.Aggregate):
+        def add(self, s, e):
+            return s + e
+
+    class NoAdd(A.Aggregate):
+        def init(self):
+            return 0
+
+    with pytest.raises(SpecError, match=r"aggregate 'x' \(NoInit\): no init\(\); Fix: define"):
+        A.agg(NoInit(), "v", name="x")
+    with pytest.raises(SpecError, match=r"aggregate 'y' \(NoAdd\): no add\(\)"):
+        A.agg(NoAdd(), "v", name="y")

@@ -238,3 +238,21 @@ def test_a_cut_gzipped_game_is_reported_by_the_reader_naming_the_file(game, tmp_
     t = build_topology(DebsOptions(input=str(cut), out=str(tmp_path / "o"), queries=("q4",)))
     with pytest.raises(InputError, match=r"cut\.csv\.gz:line \d+: cannot read on"):
         epic.run(t)
+
+
+def test_trimmed_markers_keep_an_interruption_on_at_the_first_row():
+    """trim_markers: an interruption begun before the first sensor row (a generated game's data
+    starts microseconds after the kick-off, the spec's stoppage from half start to the first
+    End) begins at the first row; markers outside the data go (spec §4.4)."""
+    from debs2013.dataflow import trim_markers
+    from debs2013.readers import InterruptionMarker as M
+
+    marks = [M(100, "begin", 1), M(400, "end", 1), M(500, "begin", 1), M(600, "end", 1),
+             M(900, "begin", 1), M(1200, "end", 1)]
+    assert trim_markers(marks, (150, 1000)) == [M(150, "begin", 1), M(400, "end", 1),
+                                                M(500, "begin", 1), M(600, "end", 1),
+                                                M(900, "begin", 1)]
+    assert trim_markers(marks, (450, 550)) == [M(500, "begin", 1)]
+    assert trim_markers(marks, (420, 480)) == []
+    assert trim_markers(marks, (520, 580)) == [M(520, "begin", 1)]
+    assert trim_markers(marks, (100, 400)) == marks[:2]
