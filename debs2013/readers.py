@@ -293,7 +293,7 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
             given to two persons, naming its line number.
     """
     path = Path(path) if path is not None else shared_dir() / "metadata.txt"
-    text = path.read_bytes().decode("utf-8-sig", errors="replace")
+    text = _decode(path.read_bytes())   # UTF-8, else cp1252 (the referee files' rule)
     balls: dict[int, frozenset[int]] = {}
     team: str | None = None
     in_balls = False
@@ -406,12 +406,33 @@ def _decode(raw: bytes) -> str:
         return raw.decode("cp1252", errors="replace")
 
 
+def _check_nothing_after(lines: list[str], empty: int, sep: str, path) -> None:
+    """Reading stops at an empty row (spec §4.2); an event row after it, before the
+    ``Statistic:`` block, would be lost unseen: refuse the file, naming both lines."""
+    for number, line in enumerate(lines[empty:], start=empty + 1):
+        fields = [f.strip() for f in line.split(sep)]
+        if not any(fields):
+            continue
+        if fields[0].lower().startswith("statistic"):
+            return
+        if len(fields) >= 3 and fields[1]:
+            try:
+                parse_annotation_time(fields[2])
+            except ValueError:
+                return
+            raise InputError(f"the empty row on line {empty} ends the events (spec §4.2), but "
+                             f"an event row follows ({line.strip()!r}); remove the empty row",
+                             path=str(path), line=number)
+        return
+
+
 def read_annotation_rows(path: str | os.PathLike[str]) -> tuple[AnnotationRow, ...]:
     """The data rows of a referee-event file, however it is laid out.
 
     Accepts ``,`` or ``;`` (whichever the first line uses), an optional ``event_id`` header, and 4
     or 5 columns. Reading stops at the first empty row (also ``;;;;``) or at ``Statistic:``, since
-    what follows is the organisers' summary block, not events.
+    what follows is the organisers' summary block, not events; an event row after an empty row
+    (before ``Statistic:``) is an error, not a silent loss.
 
     Raises:
         InputError: a data row without a name or with a bad time, naming the line.
@@ -423,7 +444,10 @@ def read_annotation_rows(path: str | os.PathLike[str]) -> tuple[AnnotationRow, .
     rows: list[AnnotationRow] = []
     for number, line in enumerate(lines, start=1):
         fields = [f.strip() for f in line.split(sep)]
-        if not any(fields) or fields[0].lower().startswith("statistic"):
+        if not any(fields):
+            _check_nothing_after(lines, number, sep, path)
+            break
+        if fields[0].lower().startswith("statistic"):
             break
         if number == 1 and fields[0].lower() == "event_id":
             continue

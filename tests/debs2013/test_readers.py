@@ -270,3 +270,26 @@ def test_metadata_refuses_a_sensor_or_a_person_given_twice(tmp_path, old, new, w
     last = new.splitlines()[-1]
     number = max(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.strip() == last)
     assert info.value.line == number
+
+
+def test_metadata_in_cp1252_reads_its_names(tmp_path):
+    """A metadata.txt saved in cp1252 (spec §10.13: name encodings) reads as the referee files
+    do: UTF-8, else cp1252, never U+FFFD in a name."""
+    text = (shared_dir() / "metadata.txt").read_text(encoding="utf-8-sig")
+    path = tmp_path / "metadata.txt"
+    path.write_bytes(text.replace("Ben Mueller", "Ben Müller").encode("cp1252"))
+    names = [p.name for p in read_metadata(path).players]
+    assert "Ben Mueller" in names and not any("\ufffd" in n for n in names)
+
+
+def test_an_event_row_after_an_empty_row_is_refused(tmp_path):
+    """Reading stops at the first empty row (spec §4.2); an event row after it, before the
+    Statistic block, would be lost: the reader names it instead."""
+    raw = FIRST.read_bytes()
+    cut = raw.index(b"\n", raw.index(b"00:11:20.208")) + 1
+    path = tmp_path / "1st Half.csv"
+    path.write_bytes(raw[:cut] + b"\n" + raw[cut:])
+    with pytest.raises(InputError, match="ends the events") as info:
+        read_interruptions(path, 1)
+    assert info.value.line == raw[:cut].count(b"\n") + 2
+    assert len(read_interruptions(FIRST, 1)) == 34
