@@ -27,9 +27,9 @@ import pyarrow as pa
 from debs2013 import constants as C
 from debs2013.readers import SENSOR_SCHEMA, GameMetadata
 from epic import serde
-from epic.errors import SpecError
+from epic.errors import InputError, SpecError
 
-__all__ = ["GAME_SCHEMA", "SENSOR", "STOP", "RESUME", "Roster", "marker_batch",
+__all__ = ["GAME_SCHEMA", "SENSOR", "STOP", "RESUME", "Roster", "marker_batch", "MarkEvents",
            "with_markers", "column", "floor_grid", "stable_order"]
 
 SENSOR, STOP, RESUME = 0, 1, 2
@@ -67,6 +67,47 @@ def with_markers(batch: pa.RecordBatch) -> pa.RecordBatch:
         [batch.column(n) for n in SENSOR_SCHEMA.names] + [pa.array(np.zeros(batch.num_rows,
                                                                             np.int8))],
         schema=GAME_SCHEMA)
+
+
+@dataclass(frozen=True)
+class MarkEvents:
+    """:func:`with_markers`, after checking every sensor id against the metadata: a row of an
+    id in no metadata would be ignored by every query, so it stops the run (naming the id, its
+    time and the input) unless ``strict`` is False (``--lenient``: such rows are left out).
+
+    ``known``: ``sid -> True`` for every sensor of the metadata (players, referee, balls)."""
+
+    known: np.ndarray
+    source: str
+    strict: bool = True
+
+    @classmethod
+    def of(cls, metadata: GameMetadata | None, source: str, strict: bool = True) -> "MarkEvents":
+        if metadata is None:
+            sids = [sid for row in C.METADATA_TABLE for sid in row[2:] if sid is not None]
+            sids += sorted(set().union(*C.BALLS.values()))
+        else:
+            people = [*metadata.players, metadata.referee]
+            sids = [s for p in people for s in p.sensors] + sorted(metadata.all_balls)
+        known = np.zeros(_MAX_SID, bool)
+        known[np.asarray([s for s in sids if 0 <= s < _MAX_SID], np.int64)] = True
+        return cls(known, source, strict)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        sid = column(batch, "sid")
+        ok = (sid >= 0) & (sid < len(self.known))
+        ok[ok] = self.known[sid[ok]]
+        if not ok.all():
+            if self.strict:
+                j = int(np.argmin(ok))
+                ts = int(column(batch, "ts")[j])
+                raise InputError(
+                    f"sensor id {int(sid[j])} (at ts {ts}) is in no metadata, so every query "
+                    "would ignore its rows; correct the file, give the game's metadata "
+                    "(--metadata), or run with --lenient to leave such rows out",
+                    path=self.source, field="sid", value=int(sid[j]))
+            batch = batch.filter(pa.array(ok))
+        return with_markers(batch)
 
 
 def column(batch: pa.RecordBatch, name: str, dtype=None) -> np.ndarray:

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 import epic
 from debs2013 import constants as C
-from debs2013.common import GAME_SCHEMA, SENSOR, STOP, Roster, marker_batch, with_markers
+from debs2013.common import GAME_SCHEMA, SENSOR, STOP, MarkEvents, Roster, marker_batch
 from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
 from debs2013.q1 import Q1A_SCHEMA, Q1B_SCHEMA, RunningOperator, RunningStats, q1b_rows
 from debs2013.q2 import (PLAYER_POSSESSION_SCHEMA, TEAM_POSSESSION_SCHEMA, BallHitter,
@@ -856,7 +856,8 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
     if opts.format not in OUTPUT_FORMATS:
         raise SpecError(f"debs2013: format={opts.format!r}; use one of {', '.join(OUTPUT_FORMATS)}")
     t = epic.Topology(name, delay_logging=opts.delays)
-    roster = Roster.from_metadata(read_metadata(opts.metadata) if opts.metadata else None)
+    meta = read_metadata(opts.metadata) if opts.metadata else None
+    roster = Roster.from_metadata(meta)
     referee = opts.referee_events or str(shared_dir() / "referee-events")
     if not Path(referee, "Game Interruption").is_dir():
         raise SpecError(f"debs2013: referee_events={referee!r} has no 'Game Interruption' "
@@ -888,7 +889,8 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
     raw = t.source("event_reader", epic.csv_source(
         opts.input, SENSOR_SCHEMA, time="ts", unit="ps", mode=mode, dead_letter=dead,
         batch_rows=opts.batch_rows, replay_speed=opts.replay_speed))
-    events = t.map("mark_events", raw, with_markers, schema=GAME_SCHEMA)
+    events = t.map("mark_events", raw, MarkEvents.of(meta, str(opts.input), not opts.lenient),
+                   schema=GAME_SCHEMA)
     span = data_span(opts.input) if opts.trim_markers else None
     interrupts = t.source("interrupt_reader", epic.iterator_source(
         functools.partial(marker_batches, referee, opts.clock, span), schema=GAME_SCHEMA,

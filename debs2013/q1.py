@@ -196,6 +196,7 @@ class RunningOperator:
         self._inc_done = None    # slices before this grid point have been released
         self._ended = False
         self._q1a_held = _Rows.empty()  # q1a rows waiting for earlier closing rows (ts_stop order)
+        self._last_ts = _NO      # the last event time seen: the end of the input's last rows
 
     # -- state ------------------------------------------------------------------------------
     @staticmethod
@@ -214,7 +215,7 @@ class RunningOperator:
         return serde.pack_state("debs2013.q1/1", {"players": players,
                             "frontier": self._frontier, "inst_done": self._inst_done,
                             "inc_done": self._inc_done, "ended": self._ended,
-                            "q1a_held": self._q1a_held.tolist()})
+                            "q1a_held": self._q1a_held.tolist(), "last_ts": self._last_ts})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpack_state(data, "debs2013.q1/1")
@@ -230,6 +231,7 @@ class RunningOperator:
         self._inc_done = st["inc_done"]
         self._ended = st["ended"]
         self._q1a_held = _Rows.from_tuples(st.get("q1a_held", []))
+        self._last_ts = st.get("last_ts", self._frontier)
 
     # -- protocol ---------------------------------------------------------------------------
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -237,6 +239,7 @@ class RunningOperator:
             return []
         batch, ts = time_ordered(batch)
         frontier = max(int(ts[-1]), self._frontier)
+        self._last_ts = max(int(ts[-1]), self._last_ts)
         sid = column(batch, "sid")
         pl, slot = self.roster.lookup(sid)
         keep = (pl >= 0) & (slot <= 1)
@@ -259,10 +262,13 @@ class RunningOperator:
         if self._ended or self._frontier == _NO:
             return []
         self._ended = True
-        end = self._frontier
+        # the last event time, not the last watermark: whether the input's closing watermark
+        # (its last time + 1) arrives before its end depends on the order in which a merge's
+        # inputs end, which depends on the batch cuts
+        end = self._last_ts if self._last_ts != _NO else self._frontier
         out_rows = []
         # q1a: the last instant, unless it is on the grid (already written)
-        if end != self._inst_done:
+        if self._inst_done == _NO or end > self._inst_done:
             t = np.array([end], np.int64)
             for i, p in enumerate(self._players):
                 if p["I"] >= 0:

@@ -256,3 +256,38 @@ def test_trimmed_markers_keep_an_interruption_on_at_the_first_row():
     assert trim_markers(marks, (420, 480)) == []
     assert trim_markers(marks, (520, 580)) == [M(520, "begin", 1)]
     assert trim_markers(marks, (100, 400)) == marks[:2]
+
+
+def test_a_sensor_id_in_no_metadata_stops_a_strict_run(game, tmp_path):
+    """A row of an unknown sensor id would be ignored by every query: strict stops naming the
+    id, its time and the input; --lenient leaves it out (docs/debs2013.md, options)."""
+    from epic.errors import InputError
+
+    lines = game[0].read_bytes().splitlines(keepends=True)
+    fields = lines[100].split(b",")
+    fields[0] = b"999"
+    path = tmp_path / "odd.csv"
+    path.write_bytes(b"".join(lines[:101] + [b",".join(fields)] + lines[101:]))
+    t = build_topology(DebsOptions(input=str(path), out=str(tmp_path / "a"), queries=("q4",)))
+    with pytest.raises(InputError, match=f"sensor id 999 \\(at ts {int(fields[1])}\\) is in no "
+                                         "metadata") as info:
+        epic.run(t)
+    assert info.value.path == str(path) and info.value.field == "sid"
+    t = build_topology(DebsOptions(input=str(path), out=str(tmp_path / "b"), queries=("q4",),
+                                   lenient=True))
+    epic.run(t)
+
+
+def test_q1a_last_rows_do_not_depend_on_the_batch_cut(game, tmp_path):
+    """The last q1a row of each player is at the last event time, whether or not the input's
+    closing watermark reached Q1 before its end (the last row alone in a batch, or not)."""
+    n = sum(1 for _ in open(game[0], "rb"))
+    got = []
+    for k, rows in enumerate((n, n - 1)):
+        out = tmp_path / f"o{k}"
+        epic.run(build_topology(DebsOptions(input=str(game[0]), out=str(out), queries=("q1",),
+                                            batch_rows=rows)))
+        got.append((out / "q1a.csv").read_bytes())
+    assert got[0] == got[1]
+    last_ts = int(open(game[0], "rb").read().rstrip().rsplit(b"\n", 1)[1].split(b",")[1])
+    assert int(got[0].rstrip().rsplit(b"\n", 1)[1].split(b",")[1]) <= last_ts
