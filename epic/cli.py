@@ -269,6 +269,15 @@ def validate(ctx: typer.Context,
         warnings_ = t.validate(warn=False)
     except EpicError as exc:
         _fail(exc)
+    from .sources import CsvSource, ParquetSource
+    from .topology import SourceNode
+
+    for n in t.nodes.values():
+        src = getattr(n, "source", None) if isinstance(n, SourceNode) else None
+        path = getattr(src, "path", None) if isinstance(src, (CsvSource, ParquetSource)) else None
+        if isinstance(path, str) and "://" not in path and not os.path.exists(path):
+            warnings_.append(f"source {n.name!r}: input file {path} not found (a run stops "
+                             "there); check the path or the parameter that sets it")
     for n in t.topological_order():
         outs = "; ".join(f"{s.name}: [{', '.join(s.columns)}] time={s.time} ({s.unit})"
                          + ("" if s.bounded else " unbounded") for s in n.outputs)

@@ -116,6 +116,20 @@ def test_graph_refuses_what_it_cannot_draw_from(topo, tmp_path):
     assert "Traceback" not in r.output and not list(tmp_path.glob("g.*"))
 
 
+def test_validate_warns_of_a_missing_input_file(tmp_path):
+    p = tmp_path / "csv.py"
+    p.write_text(textwrap.dedent('''
+        import epic
+        t = epic.Topology("c")
+        s = t.source("a", epic.csv_source("nope.csv", {"ts": "int64"}, time="ts", unit="ms"))
+        t.sink("o", s, epic.collect_sink())
+    '''))
+    r = runner.invoke(app, ["validate", str(p)])
+    assert r.exit_code == 0, r.output
+    assert "source 'a': input file nope.csv not found" in r.output
+    assert "1 warning(s)" in r.output
+
+
 def test_validate_lists_nodes_and_schemas(topo):
     """`epic validate` builds the topology and prints every stream's schema and time."""
     r = runner.invoke(app, ["validate", str(topo)])
