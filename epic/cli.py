@@ -92,8 +92,8 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
         raise TopologyError(f"{path}: no such topology file")
     mod_name = f"epic_topology_{path.stem.replace('-', '_').replace('.', '_')}"
     # A loader of its own: a file not named *.py is Python all the same
-    spec = importlib.util.spec_from_loader(
-        mod_name, importlib.machinery.SourceFileLoader(mod_name, str(path)))
+    spec = importlib.util.spec_from_file_location(
+        mod_name, path, loader=importlib.machinery.SourceFileLoader(mod_name, str(path)))
     module = importlib.util.module_from_spec(spec)
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)

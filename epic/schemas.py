@@ -74,3 +74,18 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
 def fn_name(fn) -> str:
     """A user function's name for messages (its class name for callables without one)."""
     return getattr(fn, "__name__", type(fn).__name__)
+
+
+def fractional_int(rows: list, schema: pa.Schema) -> tuple[int, str, float] | None:
+    """The first ``(row index, column, value)`` where a Python dict row holds a float with a
+    fraction for an integer column of ``schema``: pyarrow's conversion drops the fraction
+    (10.7 -> 10) without a word. None when there is none."""
+    cols = [f.name for f in schema if pa.types.is_integer(f.type)]
+    if not cols:
+        return None
+    for j, r in enumerate(rows):
+        for name in cols:
+            v = r.get(name)
+            if type(v) is float and not v.is_integer():
+                return j, name, v
+    return None

@@ -496,23 +496,32 @@ class ConsoleSink(Sink):
 
         def write(b, wm):
             if not state["header"]:
-                print(f"[{node}] " + "\t".join(out.names), file=file)
+                print(f"[{node}] " + "\t".join(map(console_value, out.names)), file=file)
                 state["header"] = True
             for row in b.to_pylist():
                 if self.limit is not None and state["rows"] >= self.limit:
                     return
                 state["rows"] += 1
-                print(f"[{node}] " + "\t".join(_fmt(row[c]) for c in out.names), file=file)
+                print(f"[{node}] " + "\t".join(console_value(row[c]) for c in out.names), file=file)
         return _Writer(write, lambda wm: file.flush())
 
     def describe(self):
         return "console"
 
 
-def _fmt(v) -> str:
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def console_value(v) -> str:
+    """A value as the console sink prints it: floats by ``repr``, None empty, and a backslash,
+    tab or line break inside a value escaped (``\\t``, ``\\n``), so every row stays one
+    prefixed line of tab-separated fields."""
     if isinstance(v, float):
         return repr(v)
-    return "" if v is None else str(v)
+    return "" if v is None else str(v).translate(_ESCAPES)
+
+
+
 
 
 def console_sink(*, columns: Sequence[str] | None = None, limit: int | None = None,

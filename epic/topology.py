@@ -618,9 +618,12 @@ class MergeNode(Node):
         if self.idle_after is not None:
             from .timeunits import to_ticks
             try:
-                to_ticks(self.idle_after, first.unit, what="idle_after")
+                ticks = to_ticks(self.idle_after, first.unit, what="idle_after")
             except SpecError as exc:
                 raise _err(self.name, "idle_after", str(exc), "give seconds") from exc
+            if ticks < 0:
+                raise _err(self.name, "idle_after", f"{self.idle_after!r} is negative",
+                           "give the seconds an input may lag the most advanced one (>= 0)")
         return [self._stream(first.schema, first.time, first.unit)]
 
     def describe(self):
@@ -642,8 +645,7 @@ class CombineNode(Node):
         try:
             self.spec.check(s.schema, s.time)
         except SpecError as exc:
-            raise _err(self.name, "reduce", str(exc), "name columns of the replicas' output "
-                       f"({', '.join(s.columns)})") from exc
+            raise _err(self.name, "reduce", str(exc), _fix_of(str(exc), s.columns)) from exc
         return [self._stream(s.schema, s.time, s.unit)]
 
     def describe(self):

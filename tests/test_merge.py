@@ -60,9 +60,10 @@ def test_late_policy_drop_and_error():
     m.on_watermark(10, input=0)
     m.on_watermark(10, input=1)
     assert m.on_batch(batch([5], "a"), input=0) == [] and m.late_rows == 1
-    e = MergeOperator(1, SCH, "ts", late="error")
+    e = MergeOperator(1, SCH, "ts", late="error", name="joiner")
     e.on_watermark(10, input=0)
-    with pytest.raises(EpicError, match="older than its frontier 10.*idle_after"):
+    with pytest.raises(EpicError, match=r"node .joiner. \(merge\): input 0 .*older than its "
+                                        r"frontier 10.*idle_after"):
         e.on_batch(batch([5], "a"), input=0)
 
 
@@ -138,3 +139,11 @@ def test_rows_left_by_a_sorting_release_keep_their_inputs():
     out += m.on_batch(batch([3, 2], "b"), input=0) + m.on_watermark(3, input=0)
     out += m.on_end()
     assert rows(out) == [(1, "a"), (2, "b"), (3, "b"), (3, "a")]
+
+
+def test_a_negative_idle_after_is_refused():
+    t = epic.Topology("m")
+    s = t.source("s", epic.iterator_source([], schema={"ts": "int64", "src": "string"},
+                                           time="ts", unit="s"))
+    with pytest.raises(epic.TopologyError, match="node 'm', idle_after: -1 is negative"):
+        t.merge("m", [s, s], idle_after=-1)

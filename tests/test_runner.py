@@ -335,3 +335,15 @@ def test_iterator_items_that_do_not_fit_are_refused_naming_the_item():
         epic.run(topo(ok + [{"sid": 3, "ts": 20.999, "v": 0.0}]))
     with pytest.raises(InputError, match=r"item 3 has no event time 'ts'"):
         epic.run(topo(ok + [{"sid": 3, "ts": 12, "v": 0.0}, {"sid": 4, "v": 0.0}]))
+
+
+def test_console_rows_stay_one_line(capsys):
+    """A tab, line break or backslash inside a value is printed escaped (docs/topologies.md)."""
+    t = epic.Topology("con")
+    s = t.source("s", epic.iterator_source([{"ts": 1, "s": "two\nlines", "u": "a\tb\\c"}],
+                                           schema={"ts": "int64", "s": "string", "u": "string"},
+                                           time="ts", unit="s"))
+    t.sink("con", s, epic.console_sink())
+    epic.run(t)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[con]")]
+    assert lines == ["[con] ts\ts\tu", "[con] 1\ttwo\\nlines\ta\\tb\\\\c"]

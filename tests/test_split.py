@@ -3,6 +3,7 @@
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -298,3 +299,41 @@ def test_a_returned_tuple_names_every_column_and_its_event_time():
                                         r"query sent it a row unchanged \(True\)") as info:
         epic.run(t)
     assert "user function" not in str(info.value)
+
+
+def test_row_forms_refuse_what_the_vectorised_forms_refuse():
+    """map_rows and the row splitstream stop on a float with a fraction in an integer column, a
+    missing column and a null event time, as map does (pyarrow would truncate and fill nulls);
+    vector_split's projections may not leave a null event time (docs/topologies.md)."""
+    import epic
+    from epic.errors import NodeFailure
+
+    schema = {"k": "int64", "ts": "int64", "v": "int64"}
+
+    def run(build):
+        t = epic.Topology("rows")
+        s = t.source("s", epic.iterator_source([{"k": 1, "ts": 1, "v": 1},
+                                                {"k": 3, "ts": 2, "v": 2}],
+                                               schema=schema, time="ts", unit="s"))
+        t.sink("o", build(t, s), epic.collect_sink())
+        return epic.run(t)
+
+    cases = [
+        (lambda t, s: t.map_rows("m", s, lambda r: {**r, "k": r["k"] / 2}),
+         "returned 0.5 for the integer column 'k'"),
+        (lambda t, s: t.map_rows("m", s, lambda r: {"k": r["k"], "ts": r["ts"]}),
+         "lacks 'v'"),
+        (lambda t, s: t.map_rows("m", s, lambda r: {**r, "ts": None}),
+         "2 row\\(s\\) with a null event time 'ts'"),
+        (lambda t, s: t.splitstream("sp", s, 1, lambda i, r: {**r, "v": 1.5})[0],
+         "holds 1.5 for the integer column 'v'"),
+        (lambda t, s: t.splitstream("sp", s, 1, epic.vector_split(
+            lambda i, b: True, project=[lambda b: b.set_column(
+                1, "ts", pa.nulls(b.num_rows, pa.int64()))]))[0],
+         "the projection left 2 row\\(s\\) with a null event time"),
+    ]
+    for build, words in cases:
+        with pytest.raises(NodeFailure, match=words):
+            run(build)
+    assert run(lambda t, s: t.map_rows("m", s, lambda r: {**r, "k": r["k"] * 2})
+               ).collected["o"].column("k").to_pylist() == [2, 6]

@@ -111,7 +111,8 @@ def _split(node, **_):
 def _merge(node, **_):
     s = node.inputs[0]
     idle = None if node.idle_after is None else to_ticks(node.idle_after, s.unit)
-    return MergeOperator(len(node.inputs), s.schema, s.time, idle_after=idle, late=node.late)
+    return MergeOperator(len(node.inputs), s.schema, s.time, idle_after=idle, late=node.late,
+                         name=node.name)
 
 
 @register(CombineNode)

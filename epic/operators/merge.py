@@ -61,8 +61,9 @@ class MergeOperator:
     """
 
     def __init__(self, n: int, schema: pa.Schema, time: str, *, idle_after: int | None = None,
-                 late: str = "emit"):
+                 late: str = "emit", name: str = "merge"):
         self.n = n
+        self.name = name
         self.output_schema = schema
         self.time = time
         self.idle_after = idle_after
@@ -87,7 +88,8 @@ class MergeOperator:
                 self.late_rows += int(late.sum())
                 if self.late == "error":
                     raise EpicError(
-                        f"merge: input {input} sent {int(late.sum())} row(s) older than its "
+                        f"node {self.name!r} (merge): input {input} sent {int(late.sum())} "
+                        f"row(s) older than its "
                         f"frontier {self._frontier} (the merge releases rows in time order up "
                         "to its frontier, so these would come after newer ones); raise "
                         "idle_after, or use late='emit' / 'drop'")

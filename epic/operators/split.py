@@ -13,7 +13,7 @@ import pyarrow as pa
 from .. import serde
 from ..errors import EpicError, NodeFailure, SpecError
 from ..operator import ENTRY_COLUMN
-from ..schemas import one_array
+from ..schemas import fractional_int, one_array
 from ..split import (
     as_batch,
     Broadcast,
@@ -143,6 +143,13 @@ class SplitOperator:
             schema = self.output_schemas[i]
             user = schema.remove(schema.get_field_index(ENTRY_COLUMN)) if self.entry else schema
             self._check_tuples(i, outs[i], user, cols)
+            bad = fractional_int(outs[i], user)
+            if bad is not None:
+                raise NodeFailure.returned(
+                    self.node, "distribution query", self._batches,
+                    f"node {self.node!r}: output {i}: a returned tuple holds {bad[2]!r} for the "
+                    f"integer column {bad[1]!r} (input batch {self._batches}); round it, or "
+                    "declare the column as a float with splitstream(..., schemas=[...])")
             b = pa.RecordBatch.from_pylist(outs[i], schema=user)
             t = self.times[i]
             if t is not None and b.column(t).null_count:
@@ -232,7 +239,15 @@ class SplitOperator:
                 part = as_batch(p(part)) if callable(p) else part.select(list(p))
                 if ent is not None and ENTRY_COLUMN not in part.schema.names:
                     part = part.append_column(ENTRY_COLUMN, ent)
-            result.append([self._conform(i, part)])
+            part = self._conform(i, part)
+            t = self.times[i]
+            if t is not None and part.column(t).null_count:
+                raise NodeFailure.returned(
+                    self.node, "distribution query", self._batches,
+                    f"node {self.node!r}: output {i}: the projection left "
+                    f"{part.column(t).null_count} row(s) with a null event time {t!r} (input "
+                    f"batch {self._batches}); keep the time in every row, or filter such rows")
+            result.append([part])
         return result
 
     def _filter(self, batch: pa.RecordBatch, mask: np.ndarray, outputs: list[int]):

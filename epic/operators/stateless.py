@@ -16,6 +16,7 @@ from ..errors import EpicError, NodeFailure
 from ..operator import ENTRY_COLUMN
 from ..schemas import empty_batch as _empty
 from ..schemas import fn_name as _fn_name
+from ..schemas import fractional_int
 from ..schemas import one_array
 from ..schemas import with_entry as _with_entry
 
@@ -80,6 +81,29 @@ class _Stateless:
         return pa.RecordBatch.from_arrays(arrays, schema=self.output_schema)
 
     def _rows_to_batch(self, rows: list[dict], entries: list[int] | None, fn_name: str):
+        # as the vectorised forms: a missing column and a float with a fraction in an integer
+        # column stop the run (pyarrow would fill nulls and drop the fraction without a word)
+        names = self.user_schema.names
+        want = dict.fromkeys(names).keys()
+        for r in rows:
+            if not isinstance(r, Mapping) or r.keys() == want:
+                continue
+            missing = [n for n in names if n not in r]
+            if missing:
+                raise NodeFailure.returned(
+                    self.node.name, fn_name, self._batches,
+                    f"node {self.node.name!r}: a row {fn_name} returned lacks "
+                    f"{', '.join(map(repr, missing))} (the output's columns: {', '.join(names)}; "
+                    f"input batch {self._batches}); return every column (None for a null), or "
+                    "declare the output's columns with schema=")
+        bad = fractional_int(rows, self.user_schema)
+        if bad is not None:
+            j, col, v = bad
+            raise NodeFailure.returned(
+                self.node.name, fn_name, self._batches,
+                f"node {self.node.name!r}: {fn_name} returned {v!r} for the integer column "
+                f"{col!r} (input batch {self._batches}); round it yourself, or declare the "
+                "column as a float with schema=")
         try:
             b = pa.RecordBatch.from_pylist(rows, schema=self.user_schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, KeyError) as exc:
@@ -93,6 +117,19 @@ class MapOperator(_Stateless):
     """Runtime logic of a map node (vectorised or per row)."""
 
     def on_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        out = self._map(batch)
+        time = self.node.outputs[0].time
+        for b in out:
+            if time in b.schema.names and b.column(time).null_count:
+                fn = _fn_name(self.node.fn)
+                raise NodeFailure.returned(
+                    self.node.name, fn, self._batches,
+                    f"node {self.node.name!r}: {fn} left {b.column(time).null_count} row(s) "
+                    f"with a null event time {time!r} (input batch {self._batches}); keep the "
+                    "time in every row, or filter such rows first")
+        return out
+
+    def _map(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         self._batches += 1
         fn, name = self.node.fn, _fn_name(self.node.fn)
         has_entry = ENTRY_COLUMN in batch.schema.names

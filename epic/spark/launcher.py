@@ -15,6 +15,7 @@ import time as _time
 import uuid
 
 from epic.errors import EpicError
+from epic.sinks import console_value
 from epic.spark.planner import DeployPlan
 from epic.spark.trace import span
 from epic.topics import Topic
@@ -264,11 +265,9 @@ class Launcher:
                     if limit is not None and printed[n.name][1] >= limit:
                         break
                     if printed[n.name][1] == 0:
-                        print(f"[{n.name}] " + "\t".join(names))
+                        print(f"[{n.name}] " + "\t".join(map(console_value, names)))
                     printed[n.name][1] += 1
-                    print(f"[{n.name}] " + "\t".join(
-                        repr(row[c]) if isinstance(row[c], float) else
-                        ("" if row[c] is None else str(row[c])) for c in names))
+                    print(f"[{n.name}] " + "\t".join(console_value(row[c]) for c in names))
                 printed[n.name][0] = after
                 text = "%d %d" % tuple(printed[n.name])
                 if self.plan.loc is not None:
