@@ -69,7 +69,7 @@ def with_markers(batch: pa.RecordBatch) -> pa.RecordBatch:
         schema=GAME_SCHEMA)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MarkEvents:
     """:func:`with_markers`, after checking every sensor id against the metadata: a row of an
     id in no metadata would be ignored by every query, so it stops the run (naming the id, its

@@ -419,11 +419,10 @@ def _check_nothing_after(lines: list[str], empty: int, sep: str, path) -> None:
             try:
                 parse_annotation_time(fields[2])
             except ValueError:
-                return
+                continue
             raise InputError(f"the empty row on line {empty} ends the events (spec §4.2), but "
                              f"an event row follows ({line.strip()!r}); remove the empty row",
                              path=str(path), line=number)
-        return
 
 
 def read_annotation_rows(path: str | os.PathLike[str]) -> tuple[AnnotationRow, ...]:

@@ -116,11 +116,8 @@ def load_topology(path: str | os.PathLike, name: str | None = None,
         where = _file_line(exc, path)
         if where is None or str(exc).startswith(str(path)):
             raise
-        try:
-            again = type(exc)(f"{where}: {exc}")
-        except TypeError:
-            raise exc from None
-        raise again from exc
+        exc.args = (f"{where}: {exc}",) + exc.args[1:]   # its fields (path, line) kept
+        raise
     except Exception as exc:
         where = _file_line(exc, path) or str(path)
         raise TopologyError(f"{where}: {type(exc).__name__}: {exc} (raised while importing the "

@@ -89,8 +89,8 @@ def to_dot(topology: Topology, counts: Mapping[str, int] | None = None) -> str:
 
 #: output suffixes: DOT text, or what Graphviz ``dot -T<suffix>`` writes (matplotlib draws
 #: svg, png and pdf when ``dot`` is missing)
-_FORMATS = {"", "dot", "gv", "svg", "png", "pdf", "jpg", "jpeg", "gif", "ps", "eps", "json",
-            "plain", "bmp", "tif", "tiff", "webp"}
+_FORMATS = {"", "dot", "gv", "svg", "svgz", "png", "pdf", "jpg", "jpeg", "jpe", "gif", "ps",
+            "eps", "json", "plain", "canon", "xdot", "bmp", "tif", "tiff", "webp"}
 
 
 def render(topology: Topology, path: str | os.PathLike, counts: Mapping[str, int] | None = None

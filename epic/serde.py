@@ -55,9 +55,6 @@ _EXT_FROZEN = 8      # data: msgpack Frozen.ref: [file, dtype, shape, offset, st
 _EXT_TUPLE = 9       # data: msgpack array of the tuple's items (a tuple comes back a tuple, so
                      #   a state's (value, time) pairs still compare equal and key dicts)
 
-#: packed as their base type: subclasses of what msgpack packs (strict packing hands them to
-#: ``default``); ``bool`` before ``int``
-_BASES = (bool, int, float, str, bytes, list, dict)
 
 #: :func:`pack_large`'s container: 0xc1 (a byte msgpack never uses, so no msgpack document starts
 #: with it), a tag, the body's length (little-endian u64), the msgpack body, then the raw
@@ -255,11 +252,10 @@ def _default(obj):
         return msgpack.ExtType(_EXT_NDARRAY, header + arr.tobytes())
     if isinstance(obj, np.generic):
         return obj.item()
-    if type(obj) is int:  # beyond 64 bits
-        return msgpack.ExtType(_EXT_BIGINT, str(obj).encode())
-    plain = _plain(obj, _default)
-    if plain is not None:
-        return plain
+    if isinstance(obj, int):  # beyond 64 bits
+        return msgpack.ExtType(_EXT_BIGINT, str(int(obj)).encode())
+    if isinstance(obj, _Tup):
+        return _tuple_ext(obj, _default)
     if isinstance(obj, (set, frozenset)):
         raise StateError(f"state holds a {type(obj).__name__} ({_short(obj)}), which cannot be "
                          "checkpointed. Fix: use a sorted list, or a dict with True values")
@@ -275,15 +271,45 @@ def _contiguous(arr: np.ndarray) -> np.ndarray:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-def _plain(obj, default):
-    """A tuple as :data:`_EXT_TUPLE`; a subclass of a msgpack type as that type; else None."""
-    if isinstance(obj, tuple):
-        return msgpack.ExtType(_EXT_TUPLE, msgpack.packb(list(obj), default=default,
-                                                         use_bin_type=True, strict_types=True))
-    for base in _BASES:
-        if isinstance(obj, base):
-            return base(obj)
-    return None
+class _Tup:
+    """A tuple on its way into a snapshot (:func:`_marked`): msgpack packs a tuple as an array,
+    which comes back as a list; this one is packed as :data:`_EXT_TUPLE`."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: tuple):
+        self.items = items
+
+    def __hash__(self):
+        return hash(self.items)
+
+    def __eq__(self, other):
+        return isinstance(other, _Tup) and self.items == other.items
+
+
+def _tuple_ext(t: _Tup, default) -> msgpack.ExtType:
+    return msgpack.ExtType(_EXT_TUPLE, msgpack.packb(list(t.items), default=default,
+                                                     use_bin_type=True))
+
+
+_NESTED = (tuple, list, dict)
+
+
+def _marked(v):
+    """``v`` with every tuple inside lists, dicts and tuples (dict keys included) as a
+    :class:`_Tup`; the same object when it holds none (a list of scalars is scanned, not
+    copied)."""
+    if isinstance(v, tuple):
+        return _Tup(tuple(_marked(x) for x in v))
+    if isinstance(v, list):
+        if not any(isinstance(x, _NESTED) for x in v):
+            return v
+        return [_marked(x) for x in v]
+    if isinstance(v, dict):
+        if not any(isinstance(k, tuple) or isinstance(x, _NESTED) for k, x in v.items()):
+            return v
+        return {_marked(k): _marked(x) for k, x in v.items()}
+    return v
 
 
 def _short(obj) -> str:
@@ -400,12 +426,12 @@ def pack_large(value, raw_min: int | None = None, join: bool = True) -> bytes | 
                     [arr.dtype.str, list(arr.shape), seg(z, z.size), z.size, flat.nbytes]))
             return msgpack.ExtType(_EXT_RAW_ARRAY, msgpack.packb(
                 [arr.dtype.str, list(arr.shape), seg(flat, flat.nbytes), flat.nbytes]))
-        if isinstance(obj, tuple):
-            return _plain(obj, default)
+        if isinstance(obj, _Tup):
+            return _tuple_ext(obj, default)
         return _default(obj)
 
     try:
-        body = msgpack.packb(value, default=default, use_bin_type=True, strict_types=True)
+        body = msgpack.packb(_marked(value), default=default, use_bin_type=True)
     except StateError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
@@ -480,7 +506,7 @@ def _unpack_large(data) -> object:
 def packb(value) -> bytes:
     """Serialise ``value`` to msgpack bytes (numpy arrays as extension types)."""
     try:
-        return msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True)
+        return msgpack.packb(_marked(value), default=_default, use_bin_type=True)
     except StateError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:

@@ -92,9 +92,16 @@ def test_subclasses_come_back_as_their_base_types():
     class Level(enum.IntEnum):
         HIGH = 3
 
+    class Mode(str, enum.Enum):
+        FAST = "fast"
+
+    class Big(int):
+        pass
+
     point = collections.namedtuple("point", "x y")
     state = {"p": point(1, 2), "d": collections.defaultdict(list, {"a": [1]}),
-             "lvl": Level.HIGH, "f": np.float64(0.5), "z": np.array(7)}
+             "lvl": Level.HIGH, "f": np.float64(0.5), "z": np.array(7),
+             Mode.FAST: Mode.FAST, "big": Big(2**70)}
     for data in (serde.packb(state), serde.pack_large(state, raw_min=0)):
         got = serde.unpackb(data)
         assert got["p"] == (1, 2) and type(got["p"]) is tuple
@@ -102,6 +109,7 @@ def test_subclasses_come_back_as_their_base_types():
         assert got["lvl"] == 3 and type(got["lvl"]) is int
         assert got["f"] == 0.5 and type(got["f"]) is float
         assert got["z"].shape == () and int(got["z"]) == 7
+        assert got["fast"] == "fast" and got["big"] == 2**70
 
 
 @settings(max_examples=100, deadline=None)   # ~0.1 s each: the recursive values are slow to draw

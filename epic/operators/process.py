@@ -181,7 +181,7 @@ class ProcessOperator:
             "keys": [list(k) if isinstance(k, tuple) else k for k in keys],
             "states": [[self._key_ids[k], s] for k, s in self._states.items()],
             "entry": [[self._key_ids[k], e] for k, e in self._key_entry.items()],
-            "timers": sorted(self._timers),
+            "timers": [list(t) for t in sorted(self._timers)],   # lists: no tuple extension each
             "watermark": self._watermark,
         })
 

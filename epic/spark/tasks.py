@@ -43,7 +43,7 @@ from epic.spark.tags import (HWM, IN, NO_WM, PHASE_END, PHASE_MARK, PHASE_PRE, P
                              RANK, STEP, WM, runs, step_of, tag, with_tags)
 from epic.topics import resolve_filesystem
 
-__all__ = ["TaskSpec", "StateStore", "run_stateless", "run_stateful", "node_marker",
+__all__ = ["TaskSpec", "StateStore", "run_stateless", "run_stateful", "node_marker", "node_step",
            "partition_marker", "node_late_rows"]
 
 #: How many snapshots per partition are kept (older ones are deleted).
@@ -292,6 +292,25 @@ def partition_marker(state_dir: str, part: int, batch_id: int) -> tuple[int | No
     micro-batch ``batch_id`` (from its snapshot; None if it has none)."""
     got = StateStore(state_dir, part).summary_before(batch_id + 1)
     return None if got is None else got[:2]
+
+
+def node_step(state_dir: str, batch_id: int) -> int | None:
+    """The last input step a stateful node took in micro-batch ``batch_id`` (the smallest over
+    its partitions; None if one has none): what its output topic claims as its progress. A
+    merge that holds rows beyond its slowest input's progress has taken fewer steps than its
+    inputs' largest progress."""
+    fs, root = resolve_filesystem(state_dir)
+    parts = sorted(int(fi.base_name[1:]) for fi in
+                   fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+                   if fi.type == pafs.FileType.Directory and fi.base_name[:1] == "p"
+                   and fi.base_name[1:].isdigit())
+    steps = []
+    for p in parts:
+        got = StateStore(state_dir, p).summary_before(batch_id + 1)
+        if got is None or got[2] is None:
+            return None
+        steps.append(got[2])
+    return min(steps) if steps else None
 
 
 def node_marker(state_dir: str, batch_id: int) -> tuple[int | None, bool] | None:
@@ -636,16 +655,20 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     if not d.ended:
         per_input, mstep = pre_markers if pre_markers is not None else \
             _markers(spec, batch_id, part)
-        if held is not None:
-            # an input whose rows wait: its marker (its watermark after steps not taken yet)
-            # comes again with the next micro-batch
-            per_input = [o if o is None or o.step is None or o.step <= horizon else None
-                         for o in per_input]
+        ahead = set()
+        if horizon is not None:
+            # an input that progressed beyond the steps taken: its marker (its watermark after
+            # steps not taken yet, with or without rows held) comes again with the next
+            # micro-batch; it has delivered every step up to the horizon
+            ahead = {i for i, o in enumerate(per_input)
+                     if o is not None and o.step is not None and o.step > horizon}
+            per_input = [None if i in ahead else o for i, o in enumerate(per_input)]
             mstep = horizon
         if mstep is not None:
             last_step = mstep if last_step is None else max(last_step, mstep)
         s = last_step if last_step is not None else 0
-        progress = [None if o is None else o.step for o in per_input]
+        progress = [horizon if i in ahead else (None if o is None else o.step)
+                    for i, o in enumerate(per_input)]
         order = sorted((i for i, o in enumerate(per_input) if o is not None),
                        key=lambda i: (-1 if progress[i] is None else progress[i], i))
         for i in order:

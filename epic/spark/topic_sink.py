@@ -128,6 +128,11 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
                         own = partition_marker(self.state_dir, part, batch_id)
                         if own is not None:
                             watermark, eos = own
+                        from epic.spark.tasks import StateStore
+
+                        got = StateStore(self.state_dir, part).summary_before(batch_id + 1)
+                        if got is not None and got[2] is not None and step is not None:
+                            step = min(step, got[2])   # the steps the node took
                     writer = self.topic.open_temp(producer=self.producer, batch_id=batch_id,
                                                   part=part, watermark=watermark, eos=eos,
                                                   step=step)
@@ -151,6 +156,11 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
             node = node_marker(self.state_dir, batchId)
             if node is not None:
                 watermark, eos = node
+            from epic.spark.tasks import node_step
+
+            took = node_step(self.state_dir, batchId)
+            if took is not None and step is not None:
+                step = min(step, took)   # a merge holding rows took fewer steps than its inputs
             # Readers take a batch's markers from its last part; partitions of a keyed node may
             # have stamped their own: then a marker part closes the batch.
             live = [m for m in full if m.temp.rows > 0]

@@ -1,0 +1,109 @@
+"""A merge task under `epic deploy` (epic.spark.tasks.run_stateful, driven in-process with fake
+markers) against the runner's sequence of calls: it applies every input's watermark of a step
+before that step's rows, takes no step beyond its slowest live input's progress (later rows
+wait in its snapshot, and so do the markers of inputs ahead), and counts the late rows epic run
+counts (docs/deploy.md, "Same results as `epic run`")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import epic
+from epic import serde
+from epic.operators.merge import MergeOperator
+from epic.spark import tasks
+from epic.spark.offsets import TopicOffset
+from epic.spark.tags import IN, NO_WM, PHASE_ROWS, POS, STEP, WM, tag, topic_schema
+
+SCH = pa.schema([("ts", pa.int64()), ("v", pa.int64())])
+
+
+class Harness:
+    def __init__(self, tmp_path, monkeypatch, n: int):
+        t = epic.Topology("h")
+        srcs = [t.source(f"s{i}", epic.iterator_source(lambda: iter([]), schema=SCH, time="ts",
+                                                       unit="s")) for i in range(n)]
+        t.sink("out", t.merge("m", srcs), epic.collect_sink())
+        node = t.nodes["m"]
+        self.spec = tasks.TaskSpec(node=node, mode="global",
+                                   in_schemas=[x.schema for x in node.inputs],
+                                   out_schema=topic_schema(node.output.schema),
+                                   input_topics=[f"t{i}" for i in range(n)],
+                                   checkpoint=str(tmp_path / "ck"),
+                                   state_dir=str(tmp_path / "state"))
+        self.markers: dict = {}
+        self.batch = 0
+        monkeypatch.setattr(tasks, "task_ids", lambda: (self.batch, 0))
+        monkeypatch.setattr(tasks, "_markers", lambda spec, b, part=0: self.markers[b])
+
+    def run(self, batch_id: int, rows: list, markers: list) -> tuple[list, dict, dict]:
+        """rows: (input, step, wm, ts, v); markers per input: (seq, watermark, eos, step)."""
+        self.batch = batch_id
+        offs = [TopicOffset(f"t{i}", *m) for i, m in enumerate(markers)]
+        self.markers[batch_id] = (offs, max(o.step for o in offs))
+        it = []
+        if rows:
+            c = list(zip(*rows))
+            it = [pa.RecordBatch.from_arrays(
+                [pa.array(c[3], pa.int64()), pa.array(c[4], pa.int64()),
+                 pa.array([tag(s, PHASE_ROWS) for s in c[1]], pa.int64()),
+                 pa.array([NO_WM if w is None else w for w in c[2]], pa.int64()),
+                 pa.array(c[0], pa.int64()), pa.array(np.arange(len(rows)), pa.int64())],
+                names=["ts", "v", STEP, WM, IN, POS])]
+        out = [r["ts"] for b in tasks.run_stateful(self.spec, iter(it)) for r in b.to_pylist()]
+        st = serde.unpackb(tasks.StateStore(self.spec.state_dir, 0).load_before(batch_id + 1))
+        return out, st, serde.unpackb(st["op"])
+
+
+def _batch(ts, v):
+    return pa.RecordBatch.from_pylist([{"ts": ts, "v": v}], schema=SCH)
+
+
+@pytest.mark.parametrize("a_row_ahead", [True, False])
+def test_an_input_ahead_keeps_its_marker_until_the_others_catch_up(tmp_path, monkeypatch,
+                                                                   a_row_ahead):
+    """Input A (filtered: few rows) is read to step 4, B to step 1: A's watermark after step 4
+    must not reach the merge before B's rows of step 3, with or without a row of A held."""
+    m = MergeOperator(2, SCH, "ts")
+    out = m.on_batch(_batch(5, 0), 0) + m.on_watermark(10, 0)       # step 0 (A)
+    out += m.on_batch(_batch(60, 1), 1) + m.on_watermark(100, 1)    # step 1 (B)
+    out += m.on_watermark(20, 0)                                    # step 2 (A)
+    out += m.on_batch(_batch(30, 1), 1) + m.on_watermark(110, 1)    # step 3 (B)
+    if a_row_ahead:
+        out += m.on_batch(_batch(55, 0), 0)                         # step 4 (A)
+    out += m.on_watermark(50, 0)
+    out += m.on_input_end(0) + m.on_end()
+    want = (m.late_rows, sorted(r["ts"] for b in out for r in b.to_pylist()))
+
+    h = Harness(tmp_path, monkeypatch, 2)
+    rows = [(0, 0, None, 5, 0), (1, 1, None, 60, 1)] + ([(0, 4, 20, 55, 0)] if a_row_ahead
+                                                        else [])
+    r0, st0, _ = h.run(0, rows, [(3, 50, False, 4), (1, 100, False, 1)])
+    assert ("held" in st0) == a_row_ahead
+    r1, _, _ = h.run(1, [(1, 3, 100, 30, 1)], [(3, 50, False, 4), (2, 110, False, 3)])
+    r2, st2, op = h.run(2, [], [(4, 50, True, 4), (3, 110, True, 3)])
+    assert "held" not in st2
+    assert (op["late"], sorted(r0 + r1 + r2)) == want
+
+
+def test_an_ended_input_ends_in_step_order_beside_an_input_ahead(tmp_path, monkeypatch):
+    """Three inputs, one ended at step 0 and one read ahead: the end is applied before the
+    rows it preceded in epic run, so the late row of step 5 is found."""
+    m = MergeOperator(3, SCH, "ts")
+    m.on_batch(_batch(1, 0), 0), m.on_watermark(5, 0), m.on_input_end(0)
+    m.on_batch(_batch(100, 1), 1), m.on_watermark(100, 1)
+    m.on_batch(_batch(101, 2), 2), m.on_watermark(101, 2)
+    m.on_batch(_batch(120, 1), 1), m.on_watermark(120, 1)
+    m.on_batch(_batch(50, 2), 2), m.on_watermark(130, 2)
+    m.on_end()
+    assert m.late_rows == 1
+
+    h = Harness(tmp_path, monkeypatch, 3)
+    rows = [(0, 0, None, 1, 0), (1, 1, None, 100, 1), (2, 2, None, 101, 2),
+            (1, 4, 100, 120, 1)]
+    h.run(0, rows, [(1, 5, True, 0), (2, 120, False, 4), (1, 101, False, 2)])
+    h.run(1, [(2, 5, 101, 50, 2)], [(1, 5, True, 0), (2, 120, False, 4), (2, 130, False, 5)])
+    _, _, op = h.run(2, [], [(1, 5, True, 0), (3, 120, True, 4), (3, 130, True, 5)])
+    assert op["late"] == m.late_rows
