@@ -151,17 +151,24 @@ class SplitOperator:
                     f"integer column {bad[1]!r} (input batch {self._batches}); round it, or "
                     "declare the column as a float with splitstream(..., schemas=[...])")
             b = pa.RecordBatch.from_pylist(outs[i], schema=user)
-            t = self.times[i]
-            if t is not None and b.column(t).null_count:
-                raise NodeFailure.returned(
-                    self.node, "distribution query", self._batches,
-                    f"node {self.node!r}: output {i}: {b.column(t).null_count} tuple(s) with a "
-                    f"null event time {t!r} (input batch {self._batches}); return it in every "
-                    "tuple, or True to send the row unchanged")
+            self._check_time(i, b, "{n} tuple(s) with a null event time {t!r}",
+                             "return it in every tuple, or True to send the row unchanged")
             if self.entry:
                 b = b.append_column(ENTRY_COLUMN, pa.array(ents[i], type=pa.int64()))
             result.append([b])
         return result
+
+    def _check_time(self, i: int, b: pa.RecordBatch, what: str, fix: str) -> None:
+        """Output ``i``'s batch ``b`` has an event time in every row, or the run stops naming
+        the node, the output, ``what`` (formatted with ``n`` rows and the time column ``t``)
+        and the ``fix``."""
+        t = self.times[i]
+        if t is not None and b.column(t).null_count:
+            raise NodeFailure.returned(
+                self.node, "distribution query", self._batches,
+                f"node {self.node!r}: output {i}: "
+                f"{what.format(n=b.column(t).null_count, t=t)} (input batch {self._batches}); "
+                f"{fix}")
 
     def _check_tuples(self, i: int, rows: list, schema: pa.Schema, inputs: list) -> None:
         """A tuple sent to output ``i`` has exactly the output's columns (None for a null): a
@@ -240,13 +247,8 @@ class SplitOperator:
                 if ent is not None and ENTRY_COLUMN not in part.schema.names:
                     part = part.append_column(ENTRY_COLUMN, ent)
             part = self._conform(i, part)
-            t = self.times[i]
-            if t is not None and part.column(t).null_count:
-                raise NodeFailure.returned(
-                    self.node, "distribution query", self._batches,
-                    f"node {self.node!r}: output {i}: the projection left "
-                    f"{part.column(t).null_count} row(s) with a null event time {t!r} (input "
-                    f"batch {self._batches}); keep the time in every row, or filter such rows")
+            self._check_time(i, part, "the projection left {n} row(s) with a null event time "
+                             "{t!r}", "keep the time in every row, or filter such rows")
             result.append([part])
         return result
 
