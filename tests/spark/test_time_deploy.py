@@ -222,7 +222,9 @@ def _unranked(rows: list[dict], batch_rows: int) -> epic.Topology:
     return t
 
 
-@pytest.mark.parametrize("fuse", [False, pytest.param(True, marks=pytest.mark.slow)])
+# both ~16 s: the slow tier (the default tier was at 600 s in session 34)
+@pytest.mark.parametrize("fuse", [pytest.param(False, marks=pytest.mark.slow),
+                                  pytest.param(True, marks=pytest.mark.slow)])
 def test_keyed_nodes_without_ranks_run_in_one_task_for_other_queries(spark, tmp_path, fuse):
     """With --partitions 2, a keyed predicate window or process node whose rows another query
     reads runs in one task (its consumers then read epic run's order, which no merge of parts
