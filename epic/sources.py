@@ -561,8 +561,7 @@ class IteratorSource(Source):
         try:
             b = pa.RecordBatch.from_pylist(rows, schema=self.schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-            raise InputError(f"iterator_source: rows do not fit the schema {self.schema.names}: "
-                             f"{exc}") from exc
+            raise self._misfit(rows, first, exc) from exc
         # pyarrow's conversion drops a float's fraction in an integer column (10.7 -> 10)
         for f in self.schema:
             if not pa.types.is_integer(f.type):
@@ -581,6 +580,21 @@ class IteratorSource(Source):
             raise InputError(f"iterator_source: item {first + j} has no event time "
                              f"{self.time!r} (missing or None)", field=self.time, value=None)
         return b
+
+    def _misfit(self, rows: list[dict], first: int, exc: Exception) -> InputError:
+        """The error for rows pyarrow cannot convert: it names the first item and column that
+        do not fit (found by converting one at a time, only once the batch failed)."""
+        errors = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError)
+        for j, r in enumerate(rows):
+            for f in self.schema:
+                try:
+                    pa.array([r.get(f.name)], type=f.type)
+                except errors as e:
+                    return InputError(f"iterator_source: item {first + j}: column {f.name!r} "
+                                      f"({f.type}) cannot hold {r.get(f.name)!r}: {e}",
+                                      field=f.name, value=r.get(f.name))
+        return InputError(f"iterator_source: rows do not fit the schema {self.schema.names}: "
+                          f"{exc}")
 
     def describe(self):
         return f"python {getattr(self.items, '__name__', type(self.items).__name__)}"

@@ -335,6 +335,14 @@ def test_iterator_items_that_do_not_fit_are_refused_naming_the_item():
         epic.run(topo(ok + [{"sid": 3, "ts": 20.999, "v": 0.0}]))
     with pytest.raises(InputError, match=r"item 3 has no event time 'ts'"):
         epic.run(topo(ok + [{"sid": 3, "ts": 12, "v": 0.0}, {"sid": 4, "v": 0.0}]))
+    # values pyarrow cannot convert at all: NaN or 1e30 as a time, a string as a number
+    for j, bad in ((3, {"sid": 4, "ts": float("nan"), "v": 0.0}),
+                   (3, {"sid": 4, "ts": 1e30, "v": 0.0}),
+                   (2, {"sid": 4, "ts": 12, "v": "x"})):
+        items = ok + [{"sid": 3, "ts": 12, "v": 0.0}][:j - 2] + [bad]
+        col = "v" if bad["v"] == "x" else "ts"
+        with pytest.raises(InputError, match=rf"item {j}: column '{col}' .* cannot hold"):
+            epic.run(topo(items))
 
 
 def test_console_rows_stay_one_line(capsys):
