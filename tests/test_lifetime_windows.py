@@ -253,3 +253,35 @@ def test_validation_names_the_fix():
     with pytest.raises(SpecError, match="expire_schema"):
         epic.aggregate_function("noschema", init=lambda: 0, add=lambda s, e: s,
                                 expire=lambda s, e: None, replace=True)
+
+
+@settings(max_examples=40, **COMMON)
+@given(stream=lifetimes(max_rows=20), batch=st.integers(1, 8),
+       kind=st.sampled_from(["snapshot", "count_by_start"]))
+def test_string_multi_column_and_null_keys_group_as_integer_keys(stream, batch, kind):
+    """Every kind takes ``key=`` a column or a list of columns (docs/windows.md, "Partition
+    keys"): keyed by a string, by two columns or by an integer column with a null, snapshot and
+    count-by-start windows give the rows they give keyed by the same keys as integers."""
+    rows = stream[0]
+    spec = (lambda: epic.snapshot_window("ts", "te")) if kind == "snapshot" else \
+        (lambda: epic.count_by_start(2))
+    names = {0: None, 1: 1, 2: 2}  # the nullable form: key 0 is a null
+
+    def run(key, items, schema):
+        t = epic.Topology("keys")
+        s = t.source("s", epic.iterator_source(items, schema=schema, time="ts", unit="s",
+                                               batch_rows=batch))
+        w = t.window("w", s, spec(), key=key, aggregates=[epic.collect("v"), epic.count()])
+        t.sink("o", w, epic.collect_sink())
+        t.sink("l", t.late("w_late", w), epic.collect_sink())
+        r = epic.run(t)
+        return [(x["window_start"], x["window_end"], x["collect_v"], x["count"])
+                for x in r.collected["o"].to_pylist()], r.collected["l"].num_rows
+
+    base = [{"k": k, "ts": s, "te": e, "v": v} for k, s, e, v in rows]
+    sch = {"k": "int64", "ts": "int64", "te": "int64", "v": "int64"}
+    want = run("k", base, sch)
+    assert run("ks", [{**r, "ks": f"key{r['k']}"} for r in base], {**sch, "ks": "string"}) == want
+    assert run(["k", "ks"], [{**r, "ks": "ab"[r["k"] % 2]} for r in base],
+               {**sch, "ks": "string"}) == want
+    assert run("kn", [{**r, "kn": names[r["k"]]} for r in base], {**sch, "kn": "int64"}) == want

@@ -836,6 +836,10 @@ def group_rows(batch: pa.RecordBatch, keys: tuple):
     """[(key_value, row_indices or None)] in order of first appearance."""
     if not keys:
         return [(None, None)]
+    if isinstance(batch, pa.Table):
+        # a table's columns are chunked: dictionary_encode would give chunked indices
+        batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else \
+            pa.RecordBatch.from_pylist([], schema=batch.schema)
     if len(keys) == 1:
         col = batch.column(keys[0])
         if pa.types.is_integer(col.type) and not col.null_count:
