@@ -308,8 +308,15 @@ class Clocked:
     @property
     def output_watermark(self) -> int | None:
         """The watermark a runtime forwards downstream: no later output row is older (window
-        rows are stamped with instants, never below the watermark that released them)."""
-        return self.clock.watermark
+        rows are stamped with instants, never below the watermark that released them).
+
+        A count window's rows at the end of the input are stamped with the stream's last event
+        time, which the end's watermark (``max + 1``) has passed: it forwards at most the highest
+        event time seen, so downstream nodes never find those rows late."""
+        wm = self.clock.watermark
+        if self.count_mode and wm is not None and self.clock.high is not None:
+            return min(wm, self.clock.high)
+        return wm
 
     def _hold(self, batch: pa.RecordBatch) -> None:
         t = pa.Table.from_batches([batch])

@@ -90,6 +90,10 @@ class _Lifetime(Clocked):
         rows = self._take_ready(None if final else self._ready_bound(wm), final)
         out: list = []
         self._step(rows, wm, final, out)
+        return self._emit(out, final)
+
+    def _emit(self, out: list, final: bool) -> list[pa.RecordBatch]:
+        """The batch of rows ``out`` (tuples), by time, then the key's rank, then production."""
         if not out:
             return []
         out.sort(key=lambda r: (r[0], r[1], r[2]))
@@ -330,9 +334,59 @@ class CountByStartOperator(_Lifetime):
             raise SpecError(f"aggregate {self.aggs[expire].name!r}: expire needs remove")
         # per key: [groups deque of (time, cols, entry), states, panes, emitted, entry]
         self._keys: dict[Any, list] = {}
+        self._queue: pa.Table | None = None  # rows waiting for the young keys' hold (_emit)
+        self._qseq = 0
 
     def _ready_bound(self, wm: int) -> int:
         return wm
+
+    def _young_hold(self) -> int | None:
+        """The smallest ``d_last + 1`` of the keys with fewer than ``n`` start times so far (no
+        window emitted yet): their next row, at the end of the input or their first complete
+        window, is stamped no older. None when there is no such key."""
+        return min((ks[0][-1][0] + 1 for ks in self._keys.values() if not ks[3] and ks[0]),
+                   default=None)
+
+    @property
+    def output_watermark(self) -> int | None:
+        """The clock's watermark, held at :meth:`_young_hold`, so downstream nodes never find
+        a young key's row late."""
+        wm = self.clock.watermark
+        if wm is None or self.expire is not None:
+            return wm
+        hold = self._young_hold()
+        return wm if hold is None else min(wm, hold)
+
+    def _emit(self, out: list, final: bool) -> list[pa.RecordBatch]:
+        """Queue the rows and send those no later row can precede: ``window_end`` below the
+        young keys' hold (all at the end), by ``window_end``, the key's rank, production. A
+        young key's row (its incomplete window at the end of the input) is older than windows
+        other keys completed meanwhile; sent in production order, it would be late
+        downstream."""
+        if self.expire is not None:
+            return super()._emit(out, final)
+        if out:
+            n = len(out)
+            t = pa.Table.from_batches([self._to_batch(out)]).append_column(
+                "__rank", pa.array([r[1] for r in out], pa.int64())).append_column(
+                "__seq", pa.array(np.arange(self._qseq, self._qseq + n, dtype=np.int64)))
+            self._qseq += n
+            self._queue = t if self._queue is None else pa.concat_tables([self._queue, t])
+        q = self._queue
+        if q is None or q.num_rows == 0:
+            return []
+        ends = q.column("window_end").to_numpy()
+        hold = None if final else self._young_hold()
+        ready = np.ones(len(ends), bool) if hold is None else ends < hold
+        if not ready.any():
+            return []
+        idx = np.flatnonzero(ready)
+        order = idx[np.lexsort((q.column("__seq").to_numpy()[idx],
+                                q.column("__rank").to_numpy()[idx], ends[idx]))]
+        send = q.take(pa.array(order)).drop_columns(["__rank", "__seq"]).combine_chunks()
+        rest = np.flatnonzero(~ready)
+        self._queue = q.take(pa.array(rest)) if len(rest) else None
+        return send.to_batches()
 
     def _new(self) -> list:
         return [deque(), [a.aggregate.init() if m == "remove" else None
@@ -407,8 +461,10 @@ class CountByStartOperator(_Lifetime):
                  "panes": [p.to_state() if p is not None else None for p in ks[2]],
                  "emitted": ks[3], "entry": ks[4]} for kv, ks in self._keys.items()]
         order = [[self._pack_key(kv), o] for kv, o in self._order.items()]
+        queue = None if self._queue is None else table_bytes(self._queue)
         return serde.pack_state("epic.count_by_start/1",
-                                {**self._base_state(), "keys": keys, "order": order})
+                                {**self._base_state(), "keys": keys, "order": order,
+                                 "queue": queue, "qseq": self._qseq})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpack_state(data, "epic.count_by_start/1")
@@ -420,3 +476,6 @@ class CountByStartOperator(_Lifetime):
                 deque((int(d), t, list(c)) for d, t, c in k["groups"]), k["states"],
                 [TwoStacks.from_state(a.aggregate, p) if p is not None else None
                  for a, p in zip(self.aggs, k["panes"])], k["emitted"], k["entry"]]
+        q = st.get("queue")
+        self._queue = None if q is None else table_from_bytes(q)
+        self._qseq = int(st.get("qseq", 0))
