@@ -529,8 +529,9 @@ class Sum(Aggregate):
             # int64 addition wraps; its result is the exact sum modulo 2**64, so it is exact
             # whenever the true sum is well inside int64 (a float sum tells). Otherwise the
             # exact Python sum: the window's result then fails its int64 column with the fix.
-            if (values.dtype.kind != "u" or values.dtype.itemsize < 8) and \
-                    abs(float(values.sum(dtype=np.float64))) < 2.0 ** 62:
+            # (unsigned values are never negative: a float sum below 2**62 bounds each one, so
+            # a uint64 batch that passes converts to int64 exactly)
+            if abs(float(values.sum(dtype=np.float64))) < 2.0 ** 62:
                 return int(values.sum(dtype=np.int64)), 0.0
             return _builtin_sum(int(x) for x in values.tolist()), 0.0
         v = values.astype(np.float64, copy=False)

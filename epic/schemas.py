@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+import numpy as np
 import pyarrow as pa
 
 from .errors import SpecError
@@ -86,6 +87,6 @@ def fractional_int(rows: list, schema: pa.Schema) -> tuple[int, str, float] | No
     for j, r in enumerate(rows):
         for name in cols:
             v = r.get(name)
-            if type(v) is float and not v.is_integer():
+            if isinstance(v, (float, np.floating)) and not float(v).is_integer():
                 return j, name, v
     return None

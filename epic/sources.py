@@ -24,6 +24,7 @@ import time as _time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+import numpy as np
 import pyarrow as pa
 
 from .errors import InputError, OutputError, SpecError
@@ -569,7 +570,7 @@ class IteratorSource(Source):
             name = f.name
             for j, r in enumerate(rows):
                 v = r.get(name)
-                if isinstance(v, float) and not v.is_integer():
+                if isinstance(v, (float, np.floating)) and not float(v).is_integer():
                     raise InputError(f"iterator_source: item {first + j}: {v!r} is not a whole "
                                      f"number, and column {name!r} is {f.type}; round it "
                                      "yourself or declare the column as a float",

@@ -327,6 +327,13 @@ def test_row_forms_refuse_what_the_vectorised_forms_refuse():
          "2 row\\(s\\) with a null event time 'ts'"),
         (lambda t, s: t.splitstream("sp", s, 1, lambda i, r: {**r, "v": 1.5})[0],
          "holds 1.5 for the integer column 'v'"),
+        # numpy floats too (np.float64 is a float subclass, np.float32 is not)
+        (lambda t, s: t.map_rows("m", s, lambda r: {**r, "k": np.float64(r["k"]) / 2}),
+         "returned np.float64\\(0.5\\) for the integer column 'k'"),
+        (lambda t, s: t.map_rows("m", s, lambda r: {**r, "k": np.float32(r["k"] / 2)}),
+         "returned np.float32\\(0.5\\) for the integer column 'k'"),
+        (lambda t, s: t.splitstream("sp", s, 1, lambda i, r: {**r, "v": np.float64(1.5)})[0],
+         "holds np.float64\\(1.5\\) for the integer column 'v'"),
         (lambda t, s: t.splitstream("sp", s, 1, epic.vector_split(
             lambda i, b: True, project=[lambda b: b.set_column(
                 1, "ts", pa.nulls(b.num_rows, pa.int64()))]))[0],
