@@ -173,10 +173,14 @@ class LateWriter:
         b = batch.append_column("_reason", reason)
         try:
             if self._w is None:
-                # a header as csv_sink writes it: names quoted only where they must be
-                plain = all(not any(ch in n for ch in ',"\r\n') for n in b.schema.names)
+                # a header as csv_sink writes it: each name quoted only where it must be
+                # (written here: pyarrow's quoting_header option needs pyarrow >= 22)
+                def q(n):
+                    return '"' + n.replace('"', '""') + '"' if any(
+                        ch in n for ch in ',"\r\n') else n
+                self._f.write((",".join(q(n) for n in b.schema.names) + "\n").encode())
                 self._w = pacsv.CSVWriter(self._f, b.schema, write_options=pacsv.WriteOptions(
-                    quoting_header="none" if plain else "all_valid"))
+                    include_header=False))
             self._w.write_batch(b)
             self._f.flush()
         except OSError as exc:   # cut back to the last whole row: a shorter file needs no space
