@@ -250,12 +250,9 @@ def _default(obj):
         arr = _contiguous(obj)
         header = msgpack.packb([arr.dtype.str, list(arr.shape)])
         return msgpack.ExtType(_EXT_NDARRAY, header + arr.tobytes())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, int):  # beyond 64 bits
-        return msgpack.ExtType(_EXT_BIGINT, str(int(obj)).encode())
-    if isinstance(obj, _Tup):
-        return _tuple_ext(obj, _default)
+    base = _base_value(obj, _default)
+    if base is not _NONE:
+        return base
     if isinstance(obj, (set, frozenset)):
         raise StateError(f"state holds a {type(obj).__name__} ({_short(obj)}), which cannot be "
                          "checkpointed. Fix: use a sorted list, or a dict with True values")
@@ -266,50 +263,54 @@ def _default(obj):
     )
 
 
+def _default_with(obj, default):
+    """:func:`_default`, with tuples' items packed by ``default`` (:func:`pack_large`'s)."""
+    if isinstance(obj, np.ndarray):
+        return _default(obj)
+    base = _base_value(obj, default)
+    return base if base is not _NONE else _default(obj)
+
+
 def _contiguous(arr: np.ndarray) -> np.ndarray:
     """``arr`` in C order, its shape kept (``np.ascontiguousarray`` makes a 0-d array 1-d)."""
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-class _Tup:
-    """A tuple on its way into a snapshot (:func:`_marked`): msgpack packs a tuple as an array,
-    which comes back as a list; this one is packed as :data:`_EXT_TUPLE`."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items: tuple):
-        self.items = items
-
-    def __hash__(self):
-        return hash(self.items)
-
-    def __eq__(self, other):
-        return isinstance(other, _Tup) and self.items == other.items
+#: msgpack packs state strictly (``strict_types``): exact ints, floats, strs, bytes, lists and
+#: dicts at C speed; everything else goes to the ``default`` hook, so a tuple is not packed as an
+#: array (which would come back as a list) and a subclass is packed as its base value.
+_STRICT = {"use_bin_type": True, "strict_types": True}
+_NONE = object()
 
 
-def _tuple_ext(t: _Tup, default) -> msgpack.ExtType:
-    return msgpack.ExtType(_EXT_TUPLE, msgpack.packb(list(t.items), default=default,
-                                                     use_bin_type=True))
-
-
-_NESTED = (tuple, list, dict)
-
-
-def _marked(v):
-    """``v`` with every tuple inside lists, dicts and tuples (dict keys included) as a
-    :class:`_Tup`; the same object when it holds none (a list of scalars is scanned, not
-    copied)."""
-    if isinstance(v, tuple):
-        return _Tup(tuple(_marked(x) for x in v))
-    if isinstance(v, list):
-        if not any(isinstance(x, _NESTED) for x in v):
+def _base_value(obj, default):
+    """What strict packing hands to ``default`` that msgpack can hold: a tuple as
+    :data:`_EXT_TUPLE` (its items packed with ``default`` too), a numpy scalar as its Python
+    value, a subclass of a msgpack type (``IntEnum``, a ``str`` enum, ``defaultdict``, a
+    namedtuple, ``np.float64``) as its base value, an int beyond 64 bits as
+    :data:`_EXT_BIGINT`; :data:`_NONE` for anything else."""
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, msgpack.packb(list(obj), default=default, **_STRICT))
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        v = int(obj)
+        if -2**63 <= v < 2**64 and type(obj) is not int:
             return v
-        return [_marked(x) for x in v]
-    if isinstance(v, dict):
-        if not any(isinstance(k, tuple) or isinstance(x, _NESTED) for k, x in v.items()):
-            return v
-        return {_marked(k): _marked(x) for k, x in v.items()}
-    return v
+        return msgpack.ExtType(_EXT_BIGINT, str(v).encode())
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, str):
+        return str.__str__(obj)
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj)
+    if isinstance(obj, dict):
+        return dict(obj)
+    if isinstance(obj, list):
+        return list(obj)
+    return _NONE
 
 
 def _short(obj) -> str:
@@ -426,12 +427,10 @@ def pack_large(value, raw_min: int | None = None, join: bool = True) -> bytes | 
                     [arr.dtype.str, list(arr.shape), seg(z, z.size), z.size, flat.nbytes]))
             return msgpack.ExtType(_EXT_RAW_ARRAY, msgpack.packb(
                 [arr.dtype.str, list(arr.shape), seg(flat, flat.nbytes), flat.nbytes]))
-        if isinstance(obj, _Tup):
-            return _tuple_ext(obj, default)
-        return _default(obj)
+        return _default_with(obj, default)
 
     try:
-        body = msgpack.packb(_marked(value), default=default, use_bin_type=True)
+        body = msgpack.packb(value, default=default, **_STRICT)
     except StateError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
@@ -506,7 +505,7 @@ def _unpack_large(data) -> object:
 def packb(value) -> bytes:
     """Serialise ``value`` to msgpack bytes (numpy arrays as extension types)."""
     try:
-        return msgpack.packb(_marked(value), default=_default, use_bin_type=True)
+        return msgpack.packb(value, default=_default, **_STRICT)
     except StateError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
