@@ -479,3 +479,26 @@ def test_damaged_parquet_and_bad_iterator_items_are_input_errors(tmp_path):
         t.sink("out", s, epic.collect_sink())
         with pytest.raises(InputError, match=message):
             epic.run(t)
+
+
+def test_crash_temp_files_of_spark_logs_are_swept_before_a_rerun(tmp_path):
+    """A SIGKILL between Spark's write of a metadata-log entry and its rename leaves
+    ``.<batch>.<uuid>.tmp``; in ``offsets/`` before batch 0 Spark then refused every restart
+    (audit s35 N: 4 of 4 kills). The rerun deletes such files, and only them, before any query
+    starts (``epic deploy`` calls this under the deploy lock)."""
+    from epic.spark.runtime import sweep_checkpoint_temps
+
+    u = "195a92cc-091a-4942-a6fe-6a82b05b5295"
+    keep = ["checkpoints/q/offsets/0", "checkpoints/q/offsets/.0.crc", "checkpoints/q/metadata",
+            "checkpoints/q/commits/0", "checkpoints/q/state/0/1/.1.delta.crc",
+            f"checkpoints/q/state/.0.{u}.tmp"]   # not a metadata log: left alone
+    junk = [f"checkpoints/q/offsets/.1.{u}.tmp", f"checkpoints/q/offsets/..1.{u}.tmp.crc",
+            f"checkpoints/r/offsets/.0.{u}.tmp", f"checkpoints/r/commits/.0.{u}.tmp"]
+    for p in keep + junk:
+        (tmp_path / p).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / p).write_bytes(b"")
+    gone = sweep_checkpoint_temps(str(tmp_path))
+    assert sorted(os.path.relpath(p, tmp_path) for p in gone) == sorted(junk)
+    assert all((tmp_path / p).exists() for p in keep)
+    assert not any((tmp_path / p).exists() for p in junk)
+    assert sweep_checkpoint_temps(str(tmp_path / "none")) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time as _time
 import uuid
@@ -347,6 +348,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     lock = WorkdirLock(driver, wd).acquire()
     try:
         _check_driver_dir(wd, driver, _read_json(f"{wd}/deploy.json"))
+        sweep_checkpoint_temps(driver)
         if driver != wd:
             print(f"epic deploy: work directory {wd}; Spark checkpoints in {driver}",
                   file=sys.stderr, flush=True)
@@ -358,6 +360,41 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
                               timeout=timeout, conf=conf, archive=archive)
     finally:
         lock.release()
+
+
+#: A temp file of Spark's metadata logs (``HDFSMetadataLog``: ``offsets/``, ``commits/``): an
+#: entry is written to ``.<batch>.<uuid>.tmp`` (and its checksum ``..<batch>.<uuid>.tmp.crc``),
+#: then renamed to ``<batch>``.
+_LOG_TEMP = re.compile(r"^\.\.?\d+\.[0-9a-fA-F-]{36}\.tmp(\.crc)?$")
+
+
+def sweep_checkpoint_temps(driver: str) -> list[str]:
+    """Delete the temp files a crash left in the queries' metadata logs; returns their paths.
+
+    A SIGKILL between Spark's write of a log entry and its rename leaves the temp file; in a
+    query's ``offsets/`` before its first batch, Spark then refuses every restart
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY ... offsets should be empty on batch 0``). The
+    entry was never committed (the rename is the commit), so the file is garbage: the rerun
+    plans that batch again, as after any crash. Called under the deploy lock, before any query
+    starts."""
+    root = os.path.join(driver, "checkpoints")
+    gone = []
+    if not os.path.isdir(root):
+        return gone
+    for query in os.listdir(root):
+        for log in ("offsets", "commits"):
+            d = os.path.join(root, query, log)
+            if not os.path.isdir(d):
+                continue
+            for name in os.listdir(d):
+                if _LOG_TEMP.match(name):
+                    p = os.path.join(d, name)
+                    try:
+                        os.remove(p)
+                        gone.append(p)
+                    except FileNotFoundError:
+                        pass
+    return gone
 
 
 def _jvm_running() -> bool:
