@@ -41,17 +41,43 @@ def test_quiet_input_blocks_until_its_watermark_arrives():
 
 
 def test_idle_input_does_not_block_and_its_late_rows_are_counted():
-    """An idle input stops holding the frontier; its rows behind it are late, emitted, counted."""
+    """An idle input stops holding the frontier; its rows behind it are late, emitted, counted.
+    An input that has sent no watermark yet counts as being where the merge started (the first
+    watermark any input sent), so it is idle only once another is idle_after beyond that."""
     m = MergeOperator(2, SCH, "ts", idle_after=10)
     out = m.on_batch(batch([1, 5, 20], "a"), input=0)
-    out += m.on_watermark(20, input=0)  # input 1 never spoke: idle
-    assert rows(out) == [(1, "a"), (5, "a")]
-    late = m.on_batch(batch([3, 25], "b"), input=1)  # 3 is behind the emitted frontier 20
+    out += m.on_watermark(20, input=0)  # input 1 has not spoken: at the start, 20, not idle
+    assert out == []
+    out += m.on_watermark(31, input=0)  # 11 beyond the start: input 1 is idle
+    assert rows(out) == [(1, "a"), (5, "a"), (20, "a")]
+    late = m.on_batch(batch([3, 35], "b"), input=1)  # 3 is behind the frontier 31
     assert rows(late) == [(3, "b")]
     assert m.late_rows == 1
-    out = m.on_watermark(25, input=1) + m.on_watermark(30, input=0)
-    assert rows(out) == [(20, "a")]  # 25 waits: input 1 may still send more rows at 25
-    assert rows(m.on_end()) == [(25, "b")]
+    out = m.on_watermark(35, input=1) + m.on_watermark(40, input=0)
+    assert rows(out) == []  # 35 waits: input 1 may still send more rows at 35
+    assert rows(m.on_end()) == [(35, "b")]
+
+
+def test_an_input_that_has_not_spoken_yet_is_not_idle():
+    """Sources take turns, one batch each: with idle_after, the second source's first rows are
+    not late because the first source's watermark came first (audit s35 L: 9 late rows of 60
+    for any idle_after, lost with late='drop')."""
+    import epic
+
+    def topo(late):
+        t = epic.Topology("idle")
+        srcs = [t.source(f"s{j}", epic.iterator_source(
+            [{"ts": i, "v": j} for i in range(30)], schema={"ts": "int64", "v": "int64"},
+            time="ts", unit="s", batch_rows=10)) for j in range(2)]
+        m = t.merge("mg", srcs, idle_after=15, late=late)
+        t.sink("o", m, epic.collect_sink())
+        return t
+
+    for late in ("emit", "drop", "error"):
+        r = epic.run(topo(late))
+        ts = r.collected["o"].column("ts").to_pylist()
+        assert len(ts) == 60 and ts == sorted(ts)
+        assert r.nodes["mg"].late_rows == 0
 
 
 def test_late_policy_drop_and_error():

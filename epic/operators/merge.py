@@ -69,6 +69,9 @@ class MergeOperator:
         self.idle_after = idle_after
         self.late = late
         self._wm: list[int | None] = [None] * n
+        # the first watermark any input sent: where an input that has sent none yet counts as
+        # being for idle_after (sources take turns, so the others' first batches may come first)
+        self._start: int | None = None
         self._ended = [False] * n
         self._pending: list[pa.RecordBatch] = []  # with _IN and _SEQ columns
         self._seq = 0
@@ -109,6 +112,8 @@ class MergeOperator:
         cur = self._wm[input]
         if cur is None or watermark > cur:
             self._wm[input] = int(watermark)
+        if self._start is None:
+            self._start = int(watermark)
         return self._release()
 
     def on_input_end(self, input: int) -> list[pa.RecordBatch]:  # noqa: A002
@@ -133,9 +138,12 @@ class MergeOperator:
             return np.iinfo(np.int64).max
         known = [w for w in self._wm if w is not None]
         if self.idle_after is not None and known:
+            # an input lagging the most advanced one by more than idle_after is idle; one that
+            # has sent no watermark yet is where the merge started (the first watermark seen)
             top = max(known)
+            start = self._start if self._start is not None else min(known)
             live = [i for i in live
-                    if self._wm[i] is not None and self._wm[i] >= top - self.idle_after]
+                    if (self._wm[i] if self._wm[i] is not None else start) >= top - self.idle_after]
             if not live:
                 return None
         marks = [self._wm[i] for i in live]
@@ -226,13 +234,14 @@ class MergeOperator:
             data = sink.getvalue().to_pybytes()
         return serde.pack_state("epic.merge/1", {"wm": self._wm, "ended": self._ended,
                             "seq": self._seq, "frontier": self._frontier,
-                            "late": self.late_rows, "pending": data})
+                            "late": self.late_rows, "pending": data, "start": self._start})
 
     def restore(self, data: bytes) -> None:
         st = serde.unpack_state(data, "epic.merge/1")
         self._wm, self._ended = st["wm"], st["ended"]
         self._seq, self._frontier, self.late_rows = st["seq"], st["frontier"], st["late"]
         self._pending = list(pa.ipc.open_stream(st["pending"])) if st["pending"] else []
+        self._start = st.get("start")
 
 
 def _times(data, time: str) -> np.ndarray:
