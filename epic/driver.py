@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import EpicError, NodeFailure
+from .errors import EpicError, InputError, NodeFailure
 from .operator import check_state, watermark_hold
 
 __all__ = ["NodeDriver"]
@@ -69,6 +69,13 @@ class NodeDriver:
     def _guard(self, what: str, fn, *args):
         try:
             return fn(*args)
+        except InputError as exc:
+            if f"node {self.name!r}" in str(exc):
+                raise
+            # bad data found inside an operator (an event time outside the range windows
+            # take, ...): name the node, keep the type and fields
+            exc.args = (f"node {self.name!r}: {exc}",) + exc.args[1:]
+            raise
         except EpicError:
             raise
         except Exception as exc:  # noqa: BLE001 - named and re-raised

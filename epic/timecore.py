@@ -23,10 +23,34 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EventClock", "Reorderer", "source_watermark", "closing_watermark", "stream_before"]
+__all__ = ["EventClock", "Reorderer", "source_watermark", "closing_watermark", "stream_before",
+           "check_times", "TIME_MIN", "TIME_MAX"]
 
 #: the most negative "no time yet" value that still survives subtracting a lateness
 _FLOOR = np.iinfo(np.int64).min // 2
+
+#: The event times windows take, in ticks of the stream's unit: ``[TIME_MIN, TIME_MAX]`` (in
+#: ns: 1933 to 2116; in ps: -13 to +53 days around 0). Below, a window's start (a time minus a
+#: duration, at most ``MAX_TICKS``) would meet the engines' "not started" value (-2**61); above,
+#: a window's end or the end of the input would leave int64.
+TIME_MIN = -(2**60)
+TIME_MAX = 2**62 - 1
+
+def check_times(times: np.ndarray) -> None:
+    """Refuse event times outside ``[TIME_MIN, TIME_MAX]`` with an ``InputError`` naming the
+    value and the fix (the caller's node name is added by the runtimes)."""
+    if not len(times):
+        return
+    lo, hi = int(times.min()), int(times.max())
+    if lo >= TIME_MIN and hi <= TIME_MAX:
+        return
+    from .errors import InputError
+
+    bad = lo if lo < TIME_MIN else hi
+    raise InputError(f"event time {bad} is outside the range windows take, [-2**60, 2**62 - 1] "
+                     f"ticks of the stream's unit (in ns 1933 to 2116; in ps -13 to +53 days "
+                     f"around 0); shift the times by an epoch near the data (e.g. subtract the "
+                     f"first time) or use a coarser unit")
 
 class EventClock:
     """Watermark and late-row decisions of one node input (see the module docstring).
@@ -88,6 +112,7 @@ class EventClock:
         if not len(times):
             return None
         times = np.asarray(times, dtype=np.int64)
+        check_times(times)
         late = times < self.thresholds(times, before)
         mx = int(times.max())
         if before is not None and len(before):

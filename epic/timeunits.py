@@ -67,7 +67,18 @@ def to_ticks(value: Real | timedelta | Decimal, unit: str, *, what: str = "durat
         raise SpecError(f"{what} {shown} is not a whole number of {unit} ticks (the stream's "
                         f"unit): it is {float(ticks):g} ticks; give a multiple of 1 {unit}, e.g. "
                         f"{_seconds_text(near, per_s)} s ({near} tick{'' if near == 1 else 's'})")
+    if abs(ticks) > MAX_TICKS:
+        shown = str(value) if isinstance(value, timedelta) else f"{value!r} s"
+        raise SpecError(f"{what} {shown} is {int(ticks)} {unit} ticks, beyond the 2**60 ticks "
+                        f"epic takes (event times and durations stay inside int64 together); "
+                        f"give a shorter {what} or a coarser unit")
     return int(ticks)
+
+
+#: The longest duration (window length, stride, lateness, ...) in ticks: with event times in
+#: ``[-2**60, 2**62)`` (``epic.timecore.TIME_MIN``/``TIME_MAX``), a time minus or plus it stays
+#: inside int64 and above the engines' "not started" value.
+MAX_TICKS = 2**60
 
 
 def _seconds_text(ticks: int, per_s: int) -> str:
