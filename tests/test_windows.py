@@ -490,3 +490,27 @@ def test_group_rows_is_rows_by_key_in_order_of_first_appearance(values, kind):
     for k, idx in got:
         rows = list(range(len(vals))) if idx is None else np.asarray(idx).tolist()
         assert rows == expected[k]
+
+
+def test_count_and_predicate_windows_refuse_a_ts_clash_at_build():
+    """Count and predicate windows add a ``ts`` column: a key or an aggregate named ``ts`` (the
+    stream's time column named otherwise) is a build error with the fix, not a KeyError at run
+    time (audit s35 K)."""
+    import epic
+    from epic.errors import TopologyError
+
+    def build(spec, key=None, aggs=None):
+        t = epic.Topology("clash")
+        s = t.source("s", epic.iterator_source([{"t0": 1, "ts": 2, "v": 1.0}],
+                                               schema={"t0": "int64", "ts": "int64",
+                                                       "v": "float64"}, time="t0", unit="s"))
+        t.window("w", s, spec, key=key, aggregates=aggs or [epic.count()])
+
+    pred = epic.predicate_window(lambda cur: True, lambda first, cur: True)
+    for spec in (epic.tumbling_count(2), pred):
+        with pytest.raises(TopologyError, match="key column 'ts' clashes with the window's "
+                                                "output column 'ts'"):
+            build(spec, key="ts")
+        with pytest.raises(TopologyError, match="aggregate output name 'ts' clashes"):
+            build(spec, aggs=[epic.sum("v", name="ts")])
+    build(epic.tumbling(3), key="ts")   # a time window has no ts column: no clash

@@ -465,7 +465,10 @@ def key_tuple(key) -> tuple[str, ...]:
     return tuple(key)
 
 
-def check_columns(schema: pa.Schema, time: str, keys: tuple, aggs: Sequence[AggSpec]):
+def check_columns(schema: pa.Schema, time: str, keys: tuple, aggs: Sequence[AggSpec],
+                  reserved: tuple = ()):
+    """The columns the window reads exist and the output columns it makes do not clash
+    (``reserved``: output columns of the window kind beyond the bounds and ``final``)."""
     names = schema.names
     if time not in names:
         raise SpecError(f"event-time column {time!r} is not in the input; the input's "
@@ -478,7 +481,11 @@ def check_columns(schema: pa.Schema, time: str, keys: tuple, aggs: Sequence[AggS
         if k not in names:
             raise SpecError(f"key column {k!r} is not in the input; key by one of its columns: "
                             f"{', '.join(names)}")
-    seen = set(keys) | {"window_start", "window_end", "final"}
+    for k in keys:
+        if k in reserved or k in ("window_start", "window_end", "final"):
+            raise SpecError(f"key column {k!r} clashes with the window's output column {k!r}; "
+                            f"rename it before the window (t.map)")
+    seen = set(keys) | {"window_start", "window_end", "final", *reserved}
     for a in aggs:
         for c in a.columns:
             if c not in names:
@@ -517,7 +524,8 @@ def check_window(spec: WindowSpec, aggregates: Sequence[AggSpec], schema: pa.Sch
     present, columns, ticks of the parameters, and how each aggregate can run."""
     if not aggregates:
         raise SpecError("a window needs at least one aggregate, e.g. epic.count()")
-    check_columns(schema, time, key_tuple(key), aggregates)
+    check_columns(schema, time, key_tuple(key), aggregates,
+                  ("ts",) if isinstance(spec, (PredicateWindow, FewCountWindow)) else ())
     if isinstance(spec, PredicateWindow):
         spec.lateness_ticks(unit)
         return
