@@ -96,6 +96,10 @@ class Aggregate:
     #: elements instead of calling it.
     fifo_remove: bool = False
 
+    #: True for aggregates of numbers only (``sum``, ``mean``, ``variance``, ``stddev``): a
+    #: window binding one to a column of another type fails when the topology is built.
+    numeric: bool = False
+
     def init(self) -> Any:
         """Return a fresh state for an empty window."""
         raise NotImplementedError
@@ -498,6 +502,7 @@ class Sum(Aggregate):
     (see :data:`REBUILD_RATIO`)."""
 
     name = "sum"
+    numeric = True
 
     def init(self):
         return [0, 0.0, 0, 0.0, 0.0]
@@ -580,6 +585,7 @@ class Mean(Aggregate):
     :class:`Sum`)."""
 
     name = "mean"
+    numeric = True
 
     def init(self):
         return [0, 0.0, 0.0, 0.0, 0.0]
@@ -702,6 +708,7 @@ class Variance(Aggregate):
     """
 
     name = "variance"
+    numeric = True
 
     def __init__(self, ddof: int = 0, sqrt: bool = False):
         if ddof not in (0, 1):

@@ -333,6 +333,11 @@ class Combine:
             if isinstance(r, str) and r not in _REDUCERS:
                 raise SpecError(f"unknown reducer {r!r} for {col!r}; use one of "
                                 f"{', '.join(_REDUCERS)} or a function (a, b) -> c")
+            ct = schema.field(col).type
+            if r == "sum" and not (pa.types.is_integer(ct) or pa.types.is_floating(ct)
+                                   or pa.types.is_decimal(ct)):
+                raise SpecError(f"reducer 'sum' for {col!r}: the column is {ct}, and 'sum' adds "
+                                f"numbers; use 'first', 'last', 'min', 'max' or a function")
             if isinstance(r, Aggregate) and not r.has_merge:
                 raise SpecError(f"aggregate {r!r} for {col!r} has no merge hook")
             if not isinstance(r, (str, Aggregate)) and not callable(r):

@@ -514,3 +514,30 @@ def test_count_and_predicate_windows_refuse_a_ts_clash_at_build():
         with pytest.raises(TopologyError, match="aggregate output name 'ts' clashes"):
             build(spec, aggs=[epic.sum("v", name="ts")])
     build(epic.tumbling(3), key="ts")   # a time window has no ts column: no clash
+
+
+def test_numeric_aggregates_and_sum_reducers_refuse_other_columns_at_build():
+    """mean / sum / variance / stddev of a string column, and combine's 'sum' of one, fail when
+    the topology is built, naming the column and the fix (they built, then failed in the run
+    or concatenated strings: audit s35 L)."""
+    import epic
+    from epic.errors import TopologyError
+
+    sch = {"k": "int64", "ts": "int64", "v": "float64", "name": "string"}
+    rows = [{"k": 1, "ts": i, "v": 1.0, "name": "a"} for i in range(3)]
+
+    def src(t):
+        return t.source("s", epic.iterator_source(rows, schema=sch, time="ts", unit="s"))
+
+    for agg in (epic.mean, epic.sum, epic.variance, epic.stddev):
+        t = epic.Topology("num")
+        with pytest.raises(TopologyError, match=r"column 'name' is string, and \w+ takes numbers"):
+            t.window("w", src(t), epic.tumbling(10), key="k", aggregates=[agg("name")])
+        t = epic.Topology("num")
+        t.window("w", src(t), epic.tumbling(10), key="k", aggregates=[agg("v")])
+    t = epic.Topology("red")
+    with pytest.raises(TopologyError, match="reducer 'sum' for 'last_name': the column is string"):
+        t.parallel("p", src(t), 2, lambda t, part, i: t.window(
+            "w", part, epic.tumbling(10, origin=0), key="k",
+            aggregates=[epic.count("n"), epic.last("name")]),
+            reduce=epic.combine(n="sum", last_name="sum"))

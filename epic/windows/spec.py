@@ -491,6 +491,14 @@ def check_columns(schema: pa.Schema, time: str, keys: tuple, aggs: Sequence[AggS
             if c not in names:
                 raise SpecError(f"aggregate {a.name!r}: column {c!r} is not in the input; "
                                 f"aggregate one of its columns: {', '.join(names)}")
+        if getattr(a.aggregate, "numeric", False):
+            for c in a.columns:
+                ct = schema.field(c).type
+                if not (pa.types.is_integer(ct) or pa.types.is_floating(ct)
+                        or pa.types.is_decimal(ct) or pa.types.is_boolean(ct)):
+                    raise SpecError(f"aggregate {a.name!r}: column {c!r} is {ct}, and "
+                                    f"{a.aggregate.name} takes numbers; aggregate a numeric "
+                                    f"column, or convert this one before the window (t.map)")
         if a.name in seen:
             raise SpecError(f"aggregate output name {a.name!r} clashes with another output column;"
                             " pass name=... to rename it")
