@@ -148,7 +148,7 @@ def param(name: str, default: Any = None, *, type: Callable[[str], Any] | None =
     if given is None:
         return default
     conv = type or (None if default is None else builtins_type(default))
-    if isinstance(given, BareFlag) and conv is not None and conv is not bool:
+    if isinstance(given, BareFlag) and conv is not bool:
         raise TopologyError(f"parameter {name!r}: --{name.replace('_', '-')} was given without "
                             f"a value (a bare flag means true, for true/false parameters); "
                             f"give it one: --{name.replace('_', '-')} VALUE")

@@ -257,3 +257,12 @@ def test_real_subprocess(topo, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "epic", "run", str(tmp_path / "missing.py")],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 1 and "no such topology file" in bad.stderr
+
+
+def test_a_bare_flag_is_refused_for_a_parameter_without_a_default(tmp_path):
+    """docs/topologies.md: a bare ``--flag`` means true only for true/false parameters; one
+    read as ``epic.param("dest")`` (no default) took the string 'true' (review s35)."""
+    f = tmp_path / "nodef.py"
+    f.write_text(TOPO.replace('epic.param("out"', 'epic.param("dest", None) or epic.param("out"'))
+    r = runner.invoke(app, ["validate", str(f), "--", "--dest"])
+    assert r.exit_code == 1 and "--dest was given without a value" in r.output, r.output

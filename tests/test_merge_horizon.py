@@ -107,3 +107,61 @@ def test_an_ended_input_ends_in_step_order_beside_an_input_ahead(tmp_path, monke
     h.run(1, [(2, 5, 101, 50, 2)], [(1, 5, True, 0), (2, 120, False, 4), (2, 130, False, 5)])
     _, _, op = h.run(2, [], [(1, 5, True, 0), (3, 120, True, 4), (3, 130, True, 5)])
     assert op["late"] == m.late_rows
+
+
+# A merge input that ends at step 2 while the other input's marker is at step 1 (so the end is
+# held as 'ahead'); the next micro-batch brings the other input's rows of step 3. epic run applies
+# A's end (step 2) before B's step-3 rows; the deploy task applied them after the rows (found by
+# the review of session 35).
+
+
+def _end_ahead_expected():
+    m = MergeOperator(2, SCH, "ts")
+    out = m.on_batch(_batch(10, 0), 0) + m.on_watermark(10, 0)        # step 0 (A)
+    out += m.on_batch(_batch(100, 1), 1) + m.on_watermark(100, 1)     # step 1 (B)
+    out += m.on_input_end(0)                                           # step 2 (A ends)
+    out += m.on_batch(_batch(50, 1), 1) + m.on_watermark(100, 1)      # step 3 (B)
+    out += m.on_input_end(1) + m.on_end()
+    return m.late_rows, sorted(r["ts"] for b in out for r in b.to_pylist())
+
+
+@pytest.mark.parametrize("b_ends_in_batch_1", [True, False])
+def test_an_end_ahead_applies_before_the_later_rows_of_other_inputs(tmp_path, monkeypatch, b_ends_in_batch_1):
+    want = _end_ahead_expected()
+    h = Harness(tmp_path, monkeypatch, 2)
+    # rows: (input, step, wm, ts, v); markers: (seq, watermark, eos, step)
+    r0, st0, op0 = h.run(0, [(0, 0, None, 10, 0), (1, 1, None, 100, 1)],
+                         [(2, 10, True, 2), (1, 100, False, 1)])
+    r1, st1, op1 = h.run(1, [(1, 3, 100, 50, 1)],
+                         [(2, 10, True, 2), (2, 100, b_ends_in_batch_1, 3)])
+    r2, st2, op2 = h.run(2, [], [(2, 10, True, 2), (3, 100, True, 3)])
+    print("epic run late:", want[0], " deploy task late:", op2["late"])
+    assert (op2["late"], sorted(r0 + r1 + r2)) == want
+
+
+def test_an_end_ahead_applies_before_later_rows_with_late_drop(tmp_path, monkeypatch):
+    """late='drop': epic run drops the row 50; the deploy task emitted it (review s35)."""
+    m = MergeOperator(2, SCH, "ts", late="drop")
+    out = m.on_batch(_batch(10, 0), 0) + m.on_watermark(10, 0)
+    out += m.on_batch(_batch(100, 1), 1) + m.on_watermark(100, 1)
+    out += m.on_input_end(0)
+    out += m.on_batch(_batch(50, 1), 1) + m.on_watermark(100, 1)
+    out += m.on_input_end(1) + m.on_end()
+    want = [r["ts"] for b in out for r in b.to_pylist()]
+
+    import epic
+    from epic.spark import tasks
+    from epic.spark.tags import topic_schema
+    h = Harness(tmp_path, monkeypatch, 2)
+    t = epic.Topology("h2")
+    srcs = [t.source(f"s{i}", epic.iterator_source(lambda: iter([]), schema=SCH, time="ts",
+                                                   unit="s")) for i in range(2)]
+    t.sink("out", t.merge("m", srcs, late="drop"), epic.collect_sink())
+    h.spec.node = t.nodes["m"]
+    h.spec.in_schemas = [x.schema for x in t.nodes["m"].inputs]
+    r0, _, _ = h.run(0, [(0, 0, None, 10, 0), (1, 1, None, 100, 1)],
+                     [(2, 10, True, 2), (1, 100, False, 1)])
+    r1, _, _ = h.run(1, [(1, 3, 100, 50, 1)], [(2, 10, True, 2), (2, 100, False, 3)])
+    r2, _, _ = h.run(2, [], [(2, 10, True, 2), (3, 100, True, 3)])
+    print("epic run rows:", want, " deploy task rows:", r0 + r1 + r2)
+    assert r0 + r1 + r2 == want

@@ -578,6 +578,64 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             table = table.filter(pa.array(~later)) if not later.all() else None
     if table is not None and not d.ended and table.num_rows == 0:
         table = None
+
+    def marker_view():
+        """The batch's markers per input (None for inputs ahead of the horizon: they come
+        again), the step they claim, the inputs ahead and each input's progress."""
+        per_input, mstep = pre_markers if pre_markers is not None else \
+            _markers(spec, batch_id, part)
+        ahead = set()
+        if horizon is not None:
+            # an input that progressed beyond the steps taken: its marker (its watermark after
+            # steps not taken yet, with or without rows held) comes again with the next
+            # micro-batch; it has delivered every step up to the horizon
+            ahead = {i for i, o in enumerate(per_input)
+                     if o is not None and o.step is not None and o.step > horizon}
+            per_input = [None if i in ahead else o for i, o in enumerate(per_input)]
+            mstep = horizon
+        progress = [horizon if i in ahead else (None if o is None else o.step)
+                    for i, o in enumerate(per_input)]
+        return per_input, mstep, progress
+
+    def apply_marks(per_input, progress, step_tag, below=None):
+        """Apply the inputs' batch-end markers (``below``: only those of inputs whose marker
+        step is below it, before the rows of that step), then the ends they allow."""
+        order = sorted((i for i, o in enumerate(per_input) if o is not None
+                        and (below is None or (o.step is not None and o.step < below))),
+                       key=lambda i: (-1 if progress[i] is None else progress[i], i))
+        for i in order:
+            o = per_input[i]
+            watermark(i, o.watermark, step_tag)
+            if o.eos and ends_at[i] is None:
+                ends_at[i] = -1 if o.step is None else int(o.step)
+        # Inputs end in the runner's order: by the step of their end. A merge's frontier after
+        # one input ended is the others' watermark, so the order decides the watermark it
+        # forwards last (for DEBS: the sensor data's max + 1, not the referee markers'). Inputs
+        # reach a merge query in their own time (one topic may be read to its end before
+        # another has a row), so an end is applied once every other input has ended, announced
+        # its end, or progressed to that step; until then it waits (in the snapshot).
+        while True:
+            pending = [i for i in range(n_in) if ends_at[i] is not None and not d.inputs_ended[i]]
+            if not pending:
+                break
+            i = min(pending, key=lambda k: (ends_at[k], k))
+            if below is not None and ends_at[i] >= below:
+                break
+            if not all(j == i or d.inputs_ended[j] or ends_at[j] is not None
+                       or (progress[j] is not None and progress[j] >= ends_at[i])
+                       for j in range(n_in)):
+                break
+            call(d.input_end, step_tag, i)
+
+    # A merge applies an input's batch-end marker (its watermark after its last step, its end)
+    # before the rows of any later step of the other inputs, as epic run does: an input ahead
+    # of the horizon in the last batch, or one read to its end, has a marker older than the
+    # others' rows.
+    early = None
+    if n_in > 1 and high is None and not d.ended and table is not None:
+        if pre_markers is None:
+            pre_markers = _markers(spec, batch_id, part)
+        early = marker_view()
     spans = high.get("runs") if high is not None and high.get("split") and n_in == 1 else None
     if spans and not d.ended:
         # Over several partitions: replay every run of the *stream* (with or without rows of
@@ -638,6 +696,10 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             s = step_of(steps[a])
             if first_of_tag is not None and int(steps[a]) != seen_tag:
                 seen_tag = int(steps[a])
+                if early is not None:
+                    apply_marks(early[0], early[2], tag(s, PHASE_PRE), below=s)
+                    if d.ended or all(d.inputs_ended):
+                        break
                 for j, w in sorted(first_of_tag[seen_tag].items()):
                     watermark(j, w, tag(s, PHASE_PRE))
             last_step = s if last_step is None else max(last_step, s)
@@ -653,45 +715,11 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         call(d.observe, tag(last_step if last_step is not None else 0, PHASE_ROWS), high["max"])
 
     if not d.ended:
-        per_input, mstep = pre_markers if pre_markers is not None else \
-            _markers(spec, batch_id, part)
-        ahead = set()
-        if horizon is not None:
-            # an input that progressed beyond the steps taken: its marker (its watermark after
-            # steps not taken yet, with or without rows held) comes again with the next
-            # micro-batch; it has delivered every step up to the horizon
-            ahead = {i for i, o in enumerate(per_input)
-                     if o is not None and o.step is not None and o.step > horizon}
-            per_input = [None if i in ahead else o for i, o in enumerate(per_input)]
-            mstep = horizon
+        per_input, mstep, progress = marker_view()
         if mstep is not None:
             last_step = mstep if last_step is None else max(last_step, mstep)
         s = last_step if last_step is not None else 0
-        progress = [horizon if i in ahead else (None if o is None else o.step)
-                    for i, o in enumerate(per_input)]
-        order = sorted((i for i, o in enumerate(per_input) if o is not None),
-                       key=lambda i: (-1 if progress[i] is None else progress[i], i))
-        for i in order:
-            o = per_input[i]
-            watermark(i, o.watermark, tag(s, PHASE_MARK))
-            if o.eos and ends_at[i] is None:
-                ends_at[i] = -1 if o.step is None else int(o.step)
-        # Inputs end in the runner's order: by the step of their end. A merge's frontier after
-        # one input ended is the others' watermark, so the order decides the watermark it forwards
-        # last (for DEBS: the sensor data's max + 1, not the referee markers'). Inputs reach a
-        # merge query in their own time (one topic may be read to its end before another has a
-        # row), so an end is applied once every other input has ended, announced its end, or
-        # progressed to that step; until then it waits (in the snapshot).
-        while True:
-            pending = [i for i in range(n_in) if ends_at[i] is not None and not d.inputs_ended[i]]
-            if not pending:
-                break
-            i = min(pending, key=lambda k: (ends_at[k], k))
-            if not all(j == i or d.inputs_ended[j] or ends_at[j] is not None
-                       or (progress[j] is not None and progress[j] >= ends_at[i])
-                       for j in range(n_in)):
-                break
-            call(d.input_end, tag(s, PHASE_MARK), i)
+        apply_marks(per_input, progress, tag(s, PHASE_MARK))
         # What consumers see as this node's watermark after the batch: the forwarded watermark,
         # frozen before on_end (the runner forwards nothing after a node's on_end, it ends it).
         mark = fwd
