@@ -570,7 +570,12 @@ class SplitNode(Node):
         s = self.input
         user = _with_entry(s.schema, False)
         if self.schemas is None:
-            outs = q.output_schemas(user, self.n)
+            try:
+                outs = q.output_schemas(user, self.n)
+            except SpecError as exc:
+                raise _err(self.name, "query", str(exc),
+                           "name columns of the input in the projection, or pass "
+                           "schemas=[...]") from exc
         else:
             if len(self.schemas) != self.n:
                 raise _err(self.name, "schemas", f"{len(self.schemas)} schemas for {self.n} "
@@ -1187,6 +1192,9 @@ class Topology:
             >>> epic.run(t).collected["out"].column("v").to_pylist()
             [1, 2, 3]
         """
+        if isinstance(streams, Stream) or not isinstance(streams, (list, tuple)):
+            raise _err(name, "streams", f"got {type(streams).__name__}, not a list of streams",
+                       "pass the inputs as a list: t.merge(name, [s1, s2])")
         return self._new(MergeNode, name, list(streams), idle_after=idle_after, late=late).output
 
     def combine(self, name: str, stream: Stream, spec) -> Stream:

@@ -344,3 +344,41 @@ def test_row_forms_refuse_what_the_vectorised_forms_refuse():
             run(build)
     assert run(lambda t, s: t.map_rows("m", s, lambda r: {**r, "k": r["k"] * 2})
                ).collected["o"].column("k").to_pylist() == [2, 6]
+
+
+def test_odd_answers_of_a_distribution_query_name_the_fix():
+    """A row query answering 0/1 (``i == 1 and row["k"] % 2``) or a one-parameter query (the
+    pairs form) answering a bool stop with what was returned and the fix, not an
+    AttributeError from inside epic (audit s35 L); numpy booleans count as booleans; a merge
+    given a bare stream and a projection naming no input column are build errors naming the
+    node."""
+    import epic
+    from epic.errors import NodeFailure, TopologyError
+
+    def run(query, n=2):
+        t = epic.Topology("odd")
+        s = t.source("s", epic.iterator_source([{"k": k, "ts": k} for k in range(4)],
+                                               schema={"k": "int64", "ts": "int64"},
+                                               time="ts", unit="s"))
+        outs = t.splitstream("sp", s, n, query)
+        for i, o in enumerate(outs):
+            t.sink(f"o{i}", o, epic.collect_sink())
+        return epic.run(t).collected
+
+    with pytest.raises(NodeFailure, match=r"returned 0 \(int\) for output 1; return True"):
+        run(lambda i, r: i == 0 or (i == 1 and r["k"] % 2))
+    with pytest.raises(NodeFailure, match="took one parameter, so it is the pairs form"):
+        run(lambda r: r["k"] > 1)
+    got = run(lambda i, r: np.bool_(r["k"] % 2 == i))
+    assert got["o0"].column("k").to_pylist() == [0, 2]
+    assert got["o1"].column("k").to_pylist() == [1, 3]
+    t = epic.Topology("odd2")
+    s = t.source("s", epic.iterator_source([{"k": 1, "ts": 1}], schema={"k": "int64",
+                                                                        "ts": "int64"},
+                                           time="ts", unit="s"))
+    with pytest.raises(TopologyError, match=r"node 'm', streams: got Stream, not a list"):
+        t.merge("m", s)
+    with pytest.raises(TopologyError, match=r"node 'sp', query: projection 0 names columns "
+                                            r"\['zz'\] not in the input"):
+        t.splitstream("sp", s, 2, epic.vector_split(lambda i, b: True,
+                                                    project=[["k", "ts", "zz"], None]))

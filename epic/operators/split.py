@@ -121,13 +121,27 @@ class SplitOperator:
                     v = fn(i, r)
                     if v is None or v is False:
                         continue
+                    if v is not True and type(v) is not dict:
+                        if not isinstance(v, np.bool_):
+                            self._bad_answer(i, v)
+                        if not v:
+                            continue
+                        v = True
                     outs[i].append(r if v is True else v)
                     if entries is not None:
                         ents[i].append(entries[j])
         else:
             fn = q.query
             for j, r in enumerate(rows):
-                for i, v in fn(r) or ():
+                got = fn(r) or ()
+                if isinstance(got, (bool, dict)) or not hasattr(got, "__iter__"):
+                    raise NodeFailure.returned(
+                        self.node, "distribution query", self._batches,
+                        f"node {self.node!r}: the query took one parameter, so it is the pairs "
+                        f"form (it yields (i, row) pairs), and it returned {got!r}; yield "
+                        "(output, True | dict) pairs, or take (i, row) and return True, False, "
+                        "None or a dict for each output i")
+                for i, v in got:
                     if not 0 <= i < n:
                         raise ValueError(f"output index {i} out of range 0..{n - 1}")
                     if v is None or v is False:
@@ -169,6 +183,13 @@ class SplitOperator:
                 f"node {self.node!r}: output {i}: "
                 f"{what.format(n=b.column(t).null_count, t=t)} (input batch {self._batches}); "
                 f"{fix}")
+
+    def _bad_answer(self, i: int, v) -> None:
+        raise NodeFailure.returned(
+            self.node, "distribution query", self._batches,
+            f"node {self.node!r}: the query returned {v!r} ({type(v).__name__}) for output {i}; "
+            "return True (send the row), a dict (send this tuple), or False / None; wrap an "
+            "`and` / `or` expression in bool(...)")
 
     def _check_tuples(self, i: int, rows: list, schema: pa.Schema, inputs: list) -> None:
         """A tuple sent to output ``i`` has exactly the output's columns (None for a null): a
