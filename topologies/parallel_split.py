@@ -19,13 +19,14 @@ out_dir = epic.param("out", "out/parallel_split")
 
 
 def generate():
-    """Deterministic events: 16 keys, 100 events per second, values from a LCG."""
+    """Deterministic events: 16 keys, 100 events per second, values from a LCG (keys from its
+    high bits: its low 4 bits repeat every 16 events, which put each key on one replica)."""
     x = 12345
     for start in range(0, events, 5_000):
         rows = []
         for i in range(start, min(start + 5_000, events)):
             x = (1103515245 * x + 12345) % 2**31
-            rows.append({"key": x % 16, "ts": i * 10, "value": x % 1000})
+            rows.append({"key": (x >> 16) % 16, "ts": i * 10, "value": x % 1000})
         yield rows and epic.pa.RecordBatch.from_pylist(rows)
 
 
