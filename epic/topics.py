@@ -816,12 +816,48 @@ class Topic:
         doomed = [s for s in finals if s.seq < low and s.seq != newest
                   and s.batch_id != last_batch[s.producer]]
         if doomed:
-            # Recorded before anything is deleted: readers tell these gaps from lost files.
-            floor = max(self._floor(), max(s.seq for s in doomed) + 1)
+            # Recorded before anything is deleted: readers tell these gaps from lost files. The
+            # record also counts, per producer, the rows of the segments it lets go (those
+            # below the old floor were counted by a run that crashed before deleting them).
+            old = self._retention_record()
+            floor = max(old["floor"], max(s.seq for s in doomed) + 1)
+            rows = dict(old["rows"])
+            for s in doomed:
+                if s.seq >= old["floor"]:
+                    rows[s.producer] = rows.get(s.producer, 0) + s.rows
             publish(self.fs, f"{self.root}/{RETENTION_NAME}",
-                    json.dumps({"floor": floor}).encode())
+                    json.dumps({"floor": floor, "rows": rows}).encode())
         self._delete([s.path for s in doomed])
         return doomed
+
+    def _retention_record(self) -> dict:
+        """``{"floor": ..., "rows": {producer: rows deleted}}`` (a record of an older epic has
+        no ``rows``: its deleted rows are not counted)."""
+        floor = self._floor()
+        try:
+            rows = self._record(f"{self.root}/{RETENTION_NAME}").get("rows") or {}
+        except FileNotFoundError:
+            rows = {}
+        return {"floor": floor, "rows": {str(k): int(v) for k, v in rows.items()}}
+
+    def rows_written(self, producer: str) -> int:
+        """Rows ``producer`` committed to the topic in all: its segments present and those
+        retention deleted (counted in the retention record when it let them go)."""
+        rec = self._retention_record()
+        finals = self._list_final()
+        newest = finals[-1].seq if finals else None
+        last_batch: dict[str, int] = {}
+        for s in finals:
+            last_batch[s.producer] = max(last_batch.get(s.producer, s.batch_id), s.batch_id)
+        total = rec["rows"].get(producer, 0)
+        for s in finals:
+            if s.producer != producer:
+                continue
+            # below the floor, only what retention keeps is uncounted (a segment it let go
+            # that is still here was counted by a run that crashed before deleting it)
+            if s.seq >= rec["floor"] or s.seq == newest or s.batch_id == last_batch[producer]:
+                total += s.rows
+        return total
 
 
 class TempWriter:

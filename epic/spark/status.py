@@ -141,7 +141,6 @@ class Stats:
         self.rows_in: dict[str, dict[int, int]] = {}
         self.busy: dict[str, dict[int, int]] = {}
         self.last: dict[str, dict] = {}
-        self._seen: dict[tuple[str, str], dict[int, int]] = {}
 
     def update(self) -> None:
         for name, q in self.queries.items():
@@ -208,18 +207,14 @@ class Stats:
             return 0
 
     def _topic_rows(self, node, producer: str) -> int:
-        """Rows ``producer`` committed to ``node``'s topics: segments seen by any status update
-        (with retention, consumed segments disappear; the count keeps them)."""
+        """Rows ``producer`` committed to ``node``'s topics, those retention deleted included
+        (:meth:`Topic.rows_written`), over every run of the work directory."""
         total = 0
         for p in [self.plan.stream_topic(s) for s in node.outputs]:
-            seen = self._seen.setdefault((p, producer), {})
             try:
-                for s in Topic.open(p).segments():
-                    if s.producer == producer:
-                        seen[s.seq] = s.rows
+                total += Topic.open(p).rows_written(producer)
             except EpicError:
                 pass
-            total += sum(seen.values())
         return total
 
     def doc(self, state: str, elapsed: float, error: str | None = None) -> dict:
