@@ -115,8 +115,11 @@ def register(app: typer.Typer) -> None:
                   f"(status: epic status {workdir})", highlight=False, markup=False)
         for name, n in (result.status.get("late_rows") or {}).items():
             if n:
-                err.print(f"node {name!r}: {n} late row(s) (behind the watermark): counted, "
-                          "see the node's late policy", highlight=False, markup=False)
+                src = getattr(t.nodes.get(name), "source", None)
+                lf = getattr(src, "late_file", None)
+                where = f", written to {lf}" if lf else ""
+                err.print(f"node {name!r}: {n} late row(s) (behind the watermark): counted"
+                          f"{where}, see the node's late policy", highlight=False, markup=False)
         for name, n in (result.status.get("dropped_rows") or {}).items():
             if n:
                 err.print(f"node {name!r}: {n} row(s) older than their key's previous row "
