@@ -805,7 +805,22 @@ class Topic:
         cons = self.consumers()
         if not cons:
             return []
-        low = min(cons.values())
+        lock = None
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            # the queries reading a topic commit (and run this) in processes of their own: the
+            # record's read-modify-write (floor, rows deleted) is serialised on a local disk
+            import fcntl
+
+            lock = open(os.path.join(self.root, "_retention.lock"), "a")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return self._apply_retention(min(self.consumers().values()) if lock else
+                                         min(cons.values()))
+        finally:
+            if lock is not None:
+                lock.close()
+
+    def _apply_retention(self, low: int) -> list[SegmentInfo]:
         finals = self._list_final()
         if not finals:
             return []
@@ -817,47 +832,43 @@ class Topic:
                   and s.batch_id != last_batch[s.producer]]
         if doomed:
             # Recorded before anything is deleted: readers tell these gaps from lost files. The
-            # record also counts, per producer, the rows of the segments it lets go (those
-            # below the old floor were counted by a run that crashed before deleting them).
+            # record also counts, per producer, the rows of the segments it lets go: a
+            # producer's doomed segments are all of its segments below a bound (retention keeps
+            # only its newest batch), so "counted below" is one number per producer, and a
+            # segment a crashed run counted but did not delete is not counted twice.
             old = self._retention_record()
             floor = max(old["floor"], max(s.seq for s in doomed) + 1)
-            rows = dict(old["rows"])
+            rows, below = dict(old["rows"]), dict(old["below"])
             for s in doomed:
-                if s.seq >= old["floor"]:
+                if s.seq >= below.get(s.producer, 0):
                     rows[s.producer] = rows.get(s.producer, 0) + s.rows
+            for s in doomed:
+                below[s.producer] = max(below.get(s.producer, 0), s.seq + 1)
             publish(self.fs, f"{self.root}/{RETENTION_NAME}",
-                    json.dumps({"floor": floor, "rows": rows}).encode())
+                    json.dumps({"floor": floor, "rows": rows, "below": below}).encode())
         self._delete([s.path for s in doomed])
         return doomed
 
     def _retention_record(self) -> dict:
-        """``{"floor": ..., "rows": {producer: rows deleted}}`` (a record of an older epic has
-        no ``rows``: its deleted rows are not counted)."""
+        """``{"floor": ..., "rows": {producer: rows deleted}, "below": {producer: seq}}``: every
+        segment of a producer below its ``below`` was counted in ``rows`` (a record of an older
+        epic has neither: its deleted rows are not counted)."""
         floor = self._floor()
         try:
-            rows = self._record(f"{self.root}/{RETENTION_NAME}").get("rows") or {}
+            rec = self._record(f"{self.root}/{RETENTION_NAME}")
         except FileNotFoundError:
-            rows = {}
-        return {"floor": floor, "rows": {str(k): int(v) for k, v in rows.items()}}
+            rec = {}
+        return {"floor": floor,
+                "rows": {str(k): int(v) for k, v in (rec.get("rows") or {}).items()},
+                "below": {str(k): int(v) for k, v in (rec.get("below") or {}).items()}}
 
     def rows_written(self, producer: str) -> int:
         """Rows ``producer`` committed to the topic in all: its segments present and those
         retention deleted (counted in the retention record when it let them go)."""
         rec = self._retention_record()
-        finals = self._list_final()
-        newest = finals[-1].seq if finals else None
-        last_batch: dict[str, int] = {}
-        for s in finals:
-            last_batch[s.producer] = max(last_batch.get(s.producer, s.batch_id), s.batch_id)
-        total = rec["rows"].get(producer, 0)
-        for s in finals:
-            if s.producer != producer:
-                continue
-            # below the floor, only what retention keeps is uncounted (a segment it let go
-            # that is still here was counted by a run that crashed before deleting it)
-            if s.seq >= rec["floor"] or s.seq == newest or s.batch_id == last_batch[producer]:
-                total += s.rows
-        return total
+        below = rec["below"].get(producer, 0)
+        return rec["rows"].get(producer, 0) + sum(
+            s.rows for s in self._list_final() if s.producer == producer and s.seq >= below)
 
 
 class TempWriter:

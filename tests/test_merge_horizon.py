@@ -165,3 +165,33 @@ def test_an_end_ahead_applies_before_later_rows_with_late_drop(tmp_path, monkeyp
     r2, _, _ = h.run(2, [], [(2, 10, True, 2), (3, 100, True, 3)])
     print("epic run rows:", want, " deploy task rows:", r0 + r1 + r2)
     assert r0 + r1 + r2 == want
+
+
+# Review s35: a merge with idle_after under deploy: input A's early batch-end marker was applied
+# before input B's carried watermark (the _wm of B's rows of the same step), so B looked as if it
+# had sent nothing, was idle, and its on-time row was dropped as late; epic run keeps it.
+
+
+def test_idle_after_merge_takes_the_carried_watermark_before_early_markers(tmp_path, monkeypatch):
+    m = MergeOperator(2, SCH, "ts", idle_after=50, late="drop")
+    out = m.on_batch(_batch(0, 0), 0) + m.on_watermark(0, 0)          # step 0 (A)
+    out += m.on_batch(_batch(10, 1), 1) + m.on_watermark(20, 1)       # step 1 (B)
+    out += m.on_batch(_batch(40, 2), 0) + m.on_watermark(60, 0)       # step 2 (A) ...
+    out += m.on_input_end(0)                                          # ... and A ends
+    out += m.on_batch(_batch(25, 3), 1) + m.on_watermark(30, 1)       # step 3 (B)
+    out += m.on_end()                                                 # B ends
+    want = (m.late_rows, sorted(r["v"] for b in out for r in b.to_pylist()))
+
+    h = Harness(tmp_path, monkeypatch, 2)
+    t = epic.Topology("h2")
+    srcs = [t.source(f"s{i}", epic.iterator_source(lambda: iter([]), schema=SCH, time="ts",
+                                                   unit="s")) for i in range(2)]
+    t.sink("out", t.merge("m", srcs, idle_after=50, late="drop"), epic.collect_sink())
+    h.spec.node = t.nodes["m"]
+    h.spec.in_schemas = [x.schema for x in t.nodes["m"].inputs]
+    # rows: (input, step, wm before the step, ts, v); markers: (seq, watermark, eos, step)
+    r0, _, op0 = h.run(0, [(0, 0, None, 0, 0), (1, 1, None, 10, 1), (0, 2, 0, 40, 2),
+                           (1, 3, 20, 25, 3)],
+                       [(3, 60, True, 2), (2, 30, False, 3)])
+    r1, _, op = h.run(1, [], [(3, 60, True, 2), (3, 30, True, 3)])
+    assert op["late"] == want[0]

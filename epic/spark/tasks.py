@@ -696,12 +696,15 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             s = step_of(steps[a])
             if first_of_tag is not None and int(steps[a]) != seen_tag:
                 seen_tag = int(steps[a])
+                # the inputs' watermarks in force before this step's rows first, then the
+                # markers of inputs that delivered only earlier steps: an idle_after merge
+                # judges idleness on what each input told it so far
+                for j, w in sorted(first_of_tag[seen_tag].items()):
+                    watermark(j, w, tag(s, PHASE_PRE))
                 if early is not None:
                     apply_marks(early[0], early[2], tag(s, PHASE_PRE), below=s)
                     if d.ended or all(d.inputs_ended):
                         break
-                for j, w in sorted(first_of_tag[seen_tag].items()):
-                    watermark(j, w, tag(s, PHASE_PRE))
             last_step = s if last_step is None else max(last_step, s)
             watermark(i, int(wms[a]), tag(s, PHASE_PRE))
             rows = _user_batch(table.slice(a, b - a), spec.in_schemas[i])

@@ -334,6 +334,9 @@ class CountByStartOperator(_Lifetime):
             raise SpecError(f"aggregate {self.aggs[expire].name!r}: expire needs remove")
         # per key: [groups deque of (time, cols, entry), states, panes, emitted, entry]
         self._keys: dict[Any, list] = {}
+        self._young: dict[Any, list] = {}    # the keys that emitted no window yet
+        # (d_last + 1, key order, key) per young key and group, stale entries popped lazily
+        self._young_heap: list = []
         self._queue: pa.Table | None = None  # rows waiting for the young keys' hold (_emit)
         self._qseq = 0
 
@@ -344,8 +347,14 @@ class CountByStartOperator(_Lifetime):
         """The smallest ``d_last + 1`` of the keys with fewer than ``n`` start times so far (no
         window emitted yet): their next row, at the end of the input or their first complete
         window, is stamped no older. None when there is no such key."""
-        return min((ks[0][-1][0] + 1 for ks in self._keys.values() if not ks[3] and ks[0]),
-                   default=None)
+        heap = self._young_heap
+        while heap:
+            end, _, kv = heap[0]
+            ks = self._young.get(kv)
+            if ks is not None and ks[0] and ks[0][-1][0] + 1 == end:
+                return end
+            heapq.heappop(heap)   # the key grew (a newer entry is in) or emitted a window
+        return None
 
     @property
     def output_watermark(self) -> int | None:
@@ -405,7 +414,7 @@ class CountByStartOperator(_Lifetime):
                 self._key_value(kv)
                 ks = self._keys.get(kv)
                 if ks is None:
-                    ks = self._keys[kv] = self._new()
+                    ks = self._keys[kv] = self._young[kv] = self._new()
                 t = times if idx is None else times[idx]
                 c = cols if idx is None else [x[idx] for x in cols]
                 en = None if entry is None else (entry if idx is None else entry[idx])
@@ -430,12 +439,16 @@ class CountByStartOperator(_Lifetime):
                 ks[1][i] = a.aggregate.add_batch(ks[1][i], v)
         ks[4] = max(ks[4], entry)
         groups.append((d, times, cols))
+        if not ks[3]:
+            heapq.heappush(self._young_heap, (d + 1, self._order[kv], kv))
         if len(groups) < self.n:
             return
         end = d + 1
         if self.expire is None:
             out.append(self._row(kv, groups[0][0], end, True, self._results(ks), ks[4]))
-        ks[3] = True
+        if not ks[3]:
+            ks[3] = True
+            self._young.pop(kv, None)
         _, ot, oc = groups.popleft()
         for i, (a, m) in enumerate(zip(self.aggs, self.modes)):
             if m == "pane":
@@ -476,6 +489,10 @@ class CountByStartOperator(_Lifetime):
                 deque((int(d), t, list(c)) for d, t, c in k["groups"]), k["states"],
                 [TwoStacks.from_state(a.aggregate, p) if p is not None else None
                  for a, p in zip(self.aggs, k["panes"])], k["emitted"], k["entry"]]
+        self._young = {kv: ks for kv, ks in self._keys.items() if not ks[3]}
+        self._young_heap = [(ks[0][-1][0] + 1, self._order[kv], kv)
+                            for kv, ks in self._young.items() if ks[0]]
+        heapq.heapify(self._young_heap)
         q = st.get("queue")
         self._queue = None if q is None else table_from_bytes(q)
         self._qseq = int(st.get("qseq", 0))
