@@ -784,6 +784,33 @@ class WindowOperator(Clocked):
             )
 
 
+def queue_rows(queue: pa.Table | None, batch: pa.RecordBatch, ranks, seq: int) -> pa.Table:
+    """``queue`` with ``batch``'s rows appended, each tagged with its key's rank (``__rank``)
+    and its production number from ``seq`` (``__seq``): the output queue of an operator whose
+    rows may be produced out of time order (predicate windows, count-by-start windows)."""
+    n = batch.num_rows
+    t = pa.Table.from_batches([batch]).append_column(
+        "__rank", pa.array(ranks, pa.int64())).append_column(
+        "__seq", pa.array(np.arange(seq, seq + n, dtype=np.int64)))
+    return t if queue is None else pa.concat_tables([queue, t])
+
+
+def release_queued(queue: pa.Table, time: str, bound: int | None
+                   ) -> tuple[list[pa.RecordBatch], pa.Table | None]:
+    """The queued rows with ``time`` below ``bound`` (all when None), ordered by time, then
+    rank, then production, as batches; and the queue of the rest (None when empty)."""
+    ts = queue.column(time).to_numpy()
+    ready = np.ones(len(ts), bool) if bound is None else ts < bound
+    if not ready.any():
+        return [], queue
+    idx = np.flatnonzero(ready)
+    order = idx[np.lexsort((queue.column("__seq").to_numpy()[idx],
+                            queue.column("__rank").to_numpy()[idx], ts[idx]))]
+    send = queue.take(pa.array(order)).drop_columns(["__rank", "__seq"]).combine_chunks()
+    rest = np.flatnonzero(~ready)
+    return send.to_batches(), (queue.take(pa.array(rest)) if len(rest) else None)
+
+
 def table_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:

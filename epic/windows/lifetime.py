@@ -33,7 +33,8 @@ from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
 from .engine import (Clocked, TwoStacks, agg_values, expire_arrays, group_rows, int_column,
-                     key_arrays, result_arrays, table_bytes, table_from_bytes, value_column)
+                     key_arrays, queue_rows, release_queued, result_arrays, table_bytes,
+                     table_from_bytes, value_column)
 from .spec import (CountByStartWindow, SnapshotWindow, check_columns, check_lifetime,
                    expire_output_schema, key_tuple, window_output_schema)
 
@@ -375,27 +376,14 @@ class CountByStartOperator(_Lifetime):
         if self.expire is not None:
             return super()._emit(out, final)
         if out:
-            n = len(out)
-            t = pa.Table.from_batches([self._to_batch(out)]).append_column(
-                "__rank", pa.array([r[1] for r in out], pa.int64())).append_column(
-                "__seq", pa.array(np.arange(self._qseq, self._qseq + n, dtype=np.int64)))
-            self._qseq += n
-            self._queue = t if self._queue is None else pa.concat_tables([self._queue, t])
-        q = self._queue
-        if q is None or q.num_rows == 0:
+            self._queue = queue_rows(self._queue, self._to_batch(out), [r[1] for r in out],
+                                     self._qseq)
+            self._qseq += len(out)
+        if self._queue is None or self._queue.num_rows == 0:
             return []
-        ends = q.column("window_end").to_numpy()
-        hold = None if final else self._young_hold()
-        ready = np.ones(len(ends), bool) if hold is None else ends < hold
-        if not ready.any():
-            return []
-        idx = np.flatnonzero(ready)
-        order = idx[np.lexsort((q.column("__seq").to_numpy()[idx],
-                                q.column("__rank").to_numpy()[idx], ends[idx]))]
-        send = q.take(pa.array(order)).drop_columns(["__rank", "__seq"]).combine_chunks()
-        rest = np.flatnonzero(~ready)
-        self._queue = q.take(pa.array(rest)) if len(rest) else None
-        return send.to_batches()
+        send, self._queue = release_queued(self._queue, "window_end",
+                                           None if final else self._young_hold())
+        return send
 
     def _new(self) -> list:
         return [deque(), [a.aggregate.init() if m == "remove" else None

@@ -13,7 +13,8 @@ from ..aggregates import AggSpec
 from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
 from ..timecore import EventClock
-from .engine import Clocked, key_arrays, result_arrays, table_bytes, table_from_bytes
+from .engine import (Clocked, key_arrays, queue_rows, release_queued, result_arrays,
+                     table_bytes, table_from_bytes)
 from .spec import PredicateWindow, check_columns, key_tuple, window_output_schema
 
 __all__ = ["PredicateWindowOperator"]
@@ -159,34 +160,18 @@ class PredicateWindowOperator(Clocked):
         order, not in ``ts`` order (a ``newstart`` window ends at its last item but closes at the
         next start), so without the queue a downstream node would find rows late."""
         if rows:
-            b = self._to_batch(rows)
-            n = len(rows)
-            t = pa.Table.from_batches([b]).append_column(
-                "__rank", pa.array([self._order[r[0]] for r in rows], pa.int64())).append_column(
-                "__seq", pa.array(np.arange(self._seq, self._seq + n, dtype=np.int64)))
-            self._seq += n
-            self._out = t if self._out is None else pa.concat_tables([self._out, t])
-        q = self._out
-        if q is None or q.num_rows == 0:
+            self._out = queue_rows(self._out, self._to_batch(rows),
+                                   [self._order[r[0]] for r in rows], self._seq)
+            self._seq += len(rows)
+        if self._out is None or self._out.num_rows == 0:
             return []
-        ts = q.column("ts").to_numpy()
-        if final:
-            ready = np.ones(len(ts), bool)
-        else:
+        bound = None
+        if not final:
             bound = self.output_watermark
             if bound is None:
                 return []
-            ready = ts < bound
-            if not ready.any():
-                return []
-        idx = np.flatnonzero(ready)
-        ranks = q.column("__rank").to_numpy()[idx]
-        seqs = q.column("__seq").to_numpy()[idx]
-        order = idx[np.lexsort((seqs, ranks, ts[idx]))]
-        send = q.take(pa.array(order)).drop_columns(["__rank", "__seq"]).combine_chunks()
-        rest = np.flatnonzero(~ready)
-        self._out = q.take(pa.array(rest)) if len(rest) else None
-        return send.to_batches()
+        send, self._out = release_queued(self._out, "ts", bound)
+        return send
 
     def _items(self, rows: pa.Table | None) -> list:
         """Step every key through ``rows``' items; the output rows produced (tuples)."""
