@@ -1192,7 +1192,7 @@ class Topology:
             >>> epic.run(t).collected["out"].column("v").to_pylist()
             [1, 2, 3]
         """
-        if isinstance(streams, Stream) or not isinstance(streams, (list, tuple)):
+        if isinstance(streams, Stream) or not hasattr(streams, "__iter__"):
             raise _err(name, "streams", f"got {type(streams).__name__}, not a list of streams",
                        "pass the inputs as a list: t.merge(name, [s1, s2])")
         return self._new(MergeNode, name, list(streams), idle_after=idle_after, late=late).output

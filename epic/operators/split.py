@@ -121,7 +121,7 @@ class SplitOperator:
                     v = fn(i, r)
                     if v is None or v is False:
                         continue
-                    if v is not True and type(v) is not dict:
+                    if v is not True and not isinstance(v, dict):
                         if not isinstance(v, np.bool_):
                             self._bad_answer(i, v)
                         if not v:

@@ -495,7 +495,8 @@ def check_columns(schema: pa.Schema, time: str, keys: tuple, aggs: Sequence[AggS
             for c in a.columns:
                 ct = schema.field(c).type
                 if not (pa.types.is_integer(ct) or pa.types.is_floating(ct)
-                        or pa.types.is_decimal(ct) or pa.types.is_boolean(ct)):
+                        or pa.types.is_decimal(ct) or pa.types.is_boolean(ct)
+                        or pa.types.is_duration(ct) or pa.types.is_timestamp(ct)):
                     raise SpecError(f"aggregate {a.name!r}: column {c!r} is {ct}, and "
                                     f"{a.aggregate.name} takes numbers; aggregate a numeric "
                                     f"column, or convert this one before the window (t.map)")
