@@ -77,6 +77,15 @@ def fn_name(fn) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
+def is_number(t: pa.DataType, *, time: bool = False) -> bool:
+    """Whether ``t`` holds numbers (integer, floating, decimal); with ``time``, also booleans,
+    durations and timestamps (numpy reads them as numbers: a window can sum or average them)."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return True
+    return time and (pa.types.is_boolean(t) or pa.types.is_duration(t)
+                     or pa.types.is_timestamp(t))
+
+
 def fractional_int(rows: list, schema: pa.Schema) -> tuple[int, str, float] | None:
     """The first ``(row index, column, value)`` where a Python dict row holds a float with a
     fraction for an integer column of ``schema``: pyarrow's conversion drops the fraction

@@ -55,7 +55,6 @@ _EXT_FROZEN = 8      # data: msgpack Frozen.ref: [file, dtype, shape, offset, st
 _EXT_TUPLE = 9       # data: msgpack array of the tuple's items (a tuple comes back a tuple, so
                      #   a state's (value, time) pairs still compare equal and key dicts)
 
-
 #: :func:`pack_large`'s container: 0xc1 (a byte msgpack never uses, so no msgpack document starts
 #: with it), a tag, the body's length (little-endian u64), the msgpack body, then the raw
 #: segments, each at a multiple of 8 bytes from the first.
@@ -237,7 +236,9 @@ def _from_ragged(shape, lengths: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out.reshape(shape)
 
 
-def _default(obj):
+def _default(obj, default=None):
+    """msgpack's ``default`` hook: numpy arrays as extension types, then :func:`_base_value`
+    (``default``: the hook a tuple's items are packed with, :func:`pack_large`'s there)."""
     if isinstance(obj, np.ndarray):
         if obj.dtype.hasobject:
             r = _ragged(obj)
@@ -250,7 +251,7 @@ def _default(obj):
         arr = _contiguous(obj)
         header = msgpack.packb([arr.dtype.str, list(arr.shape)])
         return msgpack.ExtType(_EXT_NDARRAY, header + arr.tobytes())
-    base = _base_value(obj, _default)
+    base = _base_value(obj, default or _default)
     if base is not _NONE:
         return base
     if isinstance(obj, (set, frozenset)):
@@ -261,14 +262,6 @@ def _default(obj):
         "cannot be checkpointed without pickle. Fix: use numbers, str, bytes, lists, dicts or "
         "numpy arrays"
     )
-
-
-def _default_with(obj, default):
-    """:func:`_default`, with tuples' items packed by ``default`` (:func:`pack_large`'s)."""
-    if isinstance(obj, np.ndarray):
-        return _default(obj)
-    base = _base_value(obj, default)
-    return base if base is not _NONE else _default(obj)
 
 
 def _contiguous(arr: np.ndarray) -> np.ndarray:
@@ -427,7 +420,7 @@ def pack_large(value, raw_min: int | None = None, join: bool = True) -> bytes | 
                     [arr.dtype.str, list(arr.shape), seg(z, z.size), z.size, flat.nbytes]))
             return msgpack.ExtType(_EXT_RAW_ARRAY, msgpack.packb(
                 [arr.dtype.str, list(arr.shape), seg(flat, flat.nbytes), flat.nbytes]))
-        return _default_with(obj, default)
+        return _default(obj, default)
 
     try:
         body = msgpack.packb(value, default=default, **_STRICT)

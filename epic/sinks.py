@@ -521,9 +521,6 @@ def console_value(v) -> str:
     return "" if v is None else str(v).translate(_ESCAPES)
 
 
-
-
-
 def console_sink(*, columns: Sequence[str] | None = None, limit: int | None = None,
                  delays: bool = False) -> ConsoleSink:
     """Print rows to standard output, tab-separated, prefixed by the sink's name.

@@ -24,10 +24,10 @@ import time as _time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-import numpy as np
 import pyarrow as pa
 
 from .errors import InputError, OutputError, SpecError
+from .schemas import fractional_int
 from .timeunits import UNITS, to_ticks
 
 __all__ = [
@@ -173,12 +173,10 @@ class LateWriter:
         b = batch.append_column("_reason", reason)
         try:
             if self._w is None:
-                # a header as csv_sink writes it: each name quoted only where it must be
-                # (written here: pyarrow's quoting_header option needs pyarrow >= 22)
-                def q(n):
-                    return '"' + n.replace('"', '""') + '"' if any(
-                        ch in n for ch in ',"\r\n') else n
-                self._f.write((",".join(q(n) for n in b.schema.names) + "\n").encode())
+                # the header csv_sink writes (pyarrow's quoting_header option needs pyarrow 22)
+                from .csvio import header_line
+
+                self._f.write(header_line(b.schema.names))
                 self._w = pacsv.CSVWriter(self._f, b.schema, write_options=pacsv.WriteOptions(
                     include_header=False))
             self._w.write_batch(b)
@@ -568,17 +566,12 @@ class IteratorSource(Source):
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
             raise self._misfit(rows, first, exc) from exc
         # pyarrow's conversion drops a float's fraction in an integer column (10.7 -> 10)
-        for f in self.schema:
-            if not pa.types.is_integer(f.type):
-                continue
-            name = f.name
-            for j, r in enumerate(rows):
-                v = r.get(name)
-                if isinstance(v, (float, np.floating)) and not float(v).is_integer():
-                    raise InputError(f"iterator_source: item {first + j}: {v!r} is not a whole "
-                                     f"number, and column {name!r} is {f.type}; round it "
-                                     "yourself or declare the column as a float",
-                                     field=name, value=v)
+        bad = fractional_int(rows, self.schema)
+        if bad is not None:
+            j, name, v = bad
+            raise InputError(f"iterator_source: item {first + j}: {v!r} is not a whole number, "
+                             f"and column {name!r} is {self.schema.field(name).type}; round it "
+                             "yourself or declare the column as a float", field=name, value=v)
         t = b.column(self.time)
         if t.null_count:
             j = next(j for j, v in enumerate(t.to_pylist()) if v is None)

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from .aggregates import Aggregate
 from .errors import SpecError
+from .schemas import is_number
 from .operator import ENTRY_COLUMN
 
 __all__ = [
@@ -334,8 +335,7 @@ class Combine:
                 raise SpecError(f"unknown reducer {r!r} for {col!r}; use one of "
                                 f"{', '.join(_REDUCERS)} or a function (a, b) -> c")
             ct = schema.field(col).type
-            if r == "sum" and not (pa.types.is_integer(ct) or pa.types.is_floating(ct)
-                                   or pa.types.is_decimal(ct)):
+            if r == "sum" and not is_number(ct):
                 raise SpecError(f"reducer 'sum' for {col!r}: the column is {ct}, and 'sum' adds "
                                 f"numbers; use 'first', 'last', 'min', 'max' or a function")
             if isinstance(r, Aggregate) and not r.has_merge:

@@ -36,6 +36,7 @@ _FLOOR = np.iinfo(np.int64).min // 2
 TIME_MIN = -(2**60)
 TIME_MAX = 2**62 - 1
 
+
 def check_times(times: np.ndarray) -> None:
     """Refuse event times outside ``[TIME_MIN, TIME_MAX]`` with an ``InputError`` naming the
     value and the fix (the caller's node name is added by the runtimes)."""
@@ -51,6 +52,7 @@ def check_times(times: np.ndarray) -> None:
                      f"ticks of the stream's unit (in ns 1933 to 2116; in ps -13 to +53 days "
                      f"around 0); shift the times by an epoch near the data (e.g. subtract the "
                      f"first time) or use a coarser unit")
+
 
 class EventClock:
     """Watermark and late-row decisions of one node input (see the module docstring).

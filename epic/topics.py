@@ -802,9 +802,6 @@ class Topic:
         former, and :meth:`commit_batch` detects a replay of a producer's last batch (a crash
         between its commit here and the producer's own commit record) by the latter.
         """
-        cons = self.consumers()
-        if not cons:
-            return []
         lock = None
         if isinstance(self.fs, pafs.LocalFileSystem):
             # the queries reading a topic commit (and run this) in processes of their own: the
@@ -814,8 +811,8 @@ class Topic:
             lock = open(os.path.join(self.root, "_retention.lock"), "a")
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            return self._apply_retention(min(self.consumers().values()) if lock else
-                                         min(cons.values()))
+            cons = self.consumers()
+            return self._apply_retention(min(cons.values())) if cons else []
         finally:
             if lock is not None:
                 lock.close()
@@ -840,9 +837,8 @@ class Topic:
             floor = max(old["floor"], max(s.seq for s in doomed) + 1)
             rows, below = dict(old["rows"]), dict(old["below"])
             for s in doomed:
-                if s.seq >= below.get(s.producer, 0):
+                if s.seq >= old["below"].get(s.producer, 0):
                     rows[s.producer] = rows.get(s.producer, 0) + s.rows
-            for s in doomed:
                 below[s.producer] = max(below.get(s.producer, 0), s.seq + 1)
             publish(self.fs, f"{self.root}/{RETENTION_NAME}",
                     json.dumps({"floor": floor, "rows": rows, "below": below}).encode())

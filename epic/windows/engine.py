@@ -32,6 +32,7 @@ from .. import serde
 from ..aggregates import Aggregate, AggSpec
 from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
+from ..schemas import empty_batch
 from ..timecore import EventClock
 from .spec import (FewCountWindow, PredicateWindow, WindowSpec, check_columns,
                    choose_mode, expire_output_schema, key_tuple, window_output_schema)
@@ -873,7 +874,7 @@ def group_rows(batch: pa.RecordBatch, keys: tuple):
     if isinstance(batch, pa.Table):
         # a table's columns are chunked: dictionary_encode would give chunked indices
         batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else \
-            pa.RecordBatch.from_pylist([], schema=batch.schema)
+            empty_batch(batch.schema)
     if len(keys) == 1:
         col = batch.column(keys[0])
         if pa.types.is_integer(col.type) and not col.null_count:

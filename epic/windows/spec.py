@@ -21,6 +21,7 @@ import pyarrow as pa
 from ..aggregates import AggSpec
 from ..errors import SpecError
 from ..operator import ENTRY_COLUMN
+from ..schemas import is_number
 from ..timeunits import check_unit, to_ticks
 
 __all__ = ["WindowSpec", "FewTimeWindow", "FewCountWindow", "PredicateWindow", "SnapshotWindow",
@@ -494,9 +495,7 @@ def check_columns(schema: pa.Schema, time: str, keys: tuple, aggs: Sequence[AggS
         if getattr(a.aggregate, "numeric", False):
             for c in a.columns:
                 ct = schema.field(c).type
-                if not (pa.types.is_integer(ct) or pa.types.is_floating(ct)
-                        or pa.types.is_decimal(ct) or pa.types.is_boolean(ct)
-                        or pa.types.is_duration(ct) or pa.types.is_timestamp(ct)):
+                if not is_number(ct, time=True):
                     raise SpecError(f"aggregate {a.name!r}: column {c!r} is {ct}, and "
                                     f"{a.aggregate.name} takes numbers; aggregate a numeric "
                                     f"column, or convert this one before the window (t.map)")
