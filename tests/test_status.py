@@ -156,3 +156,53 @@ def test_a_deploy_starting_while_epic_status_looks_is_not_refused(tmp_path):
             WorkdirLock(str(tmp_path)).acquire()
     finally:
         held.release()
+
+
+class _Query:
+    """A query still active when its deploy's last document is written (Spark's ``isActive``)."""
+    isActive = True
+    lastProgress = None
+
+
+@pytest.mark.parametrize("state", ["failed", "stopped", "finished"])
+def test_a_deploy_that_ended_shows_no_node_running(tmp_path, state):
+    """The last document of a deploy that failed or was stopped is written before its queries
+    stop: its nodes are not running, in the document and in `epic status`'s table."""
+    from pathlib import Path
+
+    from epic.cli import load_topology
+    from epic.spark.planner import DeployPlan
+    from epic.spark.status import Stats
+
+    root = Path(__file__).resolve().parent.parent
+    t = load_topology(root / "topologies" / "sensor_averages.py",
+                      params={"out": str(tmp_path / "out")})
+    wd = _deploy_dir(tmp_path)
+    plan = DeployPlan(t, str(wd), partitions=1, fuse=True, batch_rows=1000)
+    plan.create_topics()
+    names = [q.name for q in plan.queries()]
+    stats = Stats(plan, {n: _Query() for n in names})
+    assert all(n["active"] for n in stats.doc("running", 1.0)["nodes"].values())
+    doc = stats.doc(state, 1.0)
+    assert not any(n["active"] for n in doc["nodes"].values())
+    (wd / "deploy.lock").write_text("")
+    (wd / "status.json").write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["status", str(wd)], terminal_width=200)
+    assert r.exit_code == 0 and state in r.output
+    assert "running" not in r.output, r.output
+
+
+def test_a_gone_deploy_shows_no_node_running(tmp_path):
+    """A deploy killed while running left a document whose nodes were active: `epic status`
+    says gone, and none of its nodes running."""
+    wd = _deploy_dir(tmp_path)
+    (wd / "deploy.lock").write_text("")
+    node = {"kind": "window", "mode": "fused", "rows_in": 5, "rows_out": 2, "rows_per_s": 1.0,
+            "batch_ms": 3, "batches": 1, "busy_ms": 3, "watermark": None, "ended": False,
+            "active": True}
+    (wd / "status.json").write_text(json.dumps(
+        {"topology": "t", "state": "running", "pid": 1, "elapsed_s": 1.0,
+         "nodes": {"avg": node}}))
+    r = CliRunner().invoke(app, ["status", str(wd)], terminal_width=200)
+    assert r.exit_code == 0 and "gone" in r.output and "stopped" in r.output
+    assert "running" not in r.output.replace("no deploy is running", ""), r.output

@@ -249,7 +249,8 @@ class Stats:
                 # a finished deploy's every sink committed its end of stream: every query
                 # ended (its last progress report may not have come in before the driver saw it)
                 "ended": state == "finished" or (bool(offs) and all(o.eos for o in offs)),
-                "active": bool(q.isActive),
+                # a failed or stopped deploy's document is written before its queries stop
+                "active": state in ("running", "starting") and bool(q.isActive),
             }
         late, dropped = {}, {}
         if state != "running":
@@ -277,10 +278,12 @@ def status_table(doc: dict):
                 title_justify="left")
     for col in ("node", "kind", "rows in", "rows out", "rows/s", "batch ms", "watermark", "state"):
         tab.add_column(col, justify="left" if col in ("node", "kind", "state") else "right")
+    live = doc.get("state") in ("running", "starting")   # not a gone deploy's last document
     for name, n in doc.get("nodes", {}).items():
         tab.add_row(name, str(n.get("mode") or n.get("kind")), f"{n['rows_in']:,}",
                     "-" if n.get("rows_out") is None else f"{n['rows_out']:,}",
                     f"{n['rows_per_s']:,.0f}", str(n.get("batch_ms") or "-"),
                     "-" if n.get("watermark") is None else str(n["watermark"]),
-                    "ended" if n.get("ended") else ("running" if n.get("active") else "stopped"))
+                    "ended" if n.get("ended") else ("running" if live and n.get("active")
+                                                     else "stopped"))
     return tab
