@@ -41,7 +41,9 @@ at kick-off therefore reveal the sides, as the spec recommends.
 Ground truth (``<game>.truth.json``) is computed from the very samples that are written: a planted
 touch (passes included) is a *hit* by the spec's rule (§6): at any of its ball samples with ``|a|
 >= 55 m/s²``, the closest player shoe (latest written sample, 3D) is within 1 m; the hitter is that
-shoe's player at the first such sample. See :func:`generate_game`.
+shoe's player at the first such sample. Another player whose shoe is the closest within 1 m at
+other qualifying samples of the same touch (an opponent's boot at the ball during a kick) has a
+hit too, of kind ``contested``. See :func:`generate_game`.
 
 Sensor noise (on by default, ``GeneratorConfig.noise``; amplitudes there): position noise,
 ``|v|`` and ``|a|`` noise, timestamp jitter and drop-outs of body and ball sensors, applied to the
@@ -1766,6 +1768,17 @@ def _truth(h: _Half, ball_visible_until: int) -> dict:
                        dist_mm=float(round(near[first], 1)))
             hits.append(rec)
             touch_hit[idx] = rec
+            # another player's shoe closest at later qualifying samples of the same spike (an
+            # opponent's boot at the ball during the kick): by the rule, a hit of that player too
+            for o in dict.fromkeys(int(w) for w in who[qual] if w != who[first]):
+                theirs = np.flatnonzero(qual & (who == o))
+                top = int(theirs[np.argmax(am[theirs])])
+                other = PEOPLE[o]
+                hits.append(dict(ts=int(ts[top]), player=other.name, team=other.team,
+                                 sensor=int(wsid[top]), kind="contested", acc=int(am[top]),
+                                 dist_mm=float(round(near[top], 1)), planned_player=p.name,
+                                 closest_is_player=False, ts_first=int(ts[theirs[0]]),
+                                 ts_last=int(ts[theirs[-1]])))
         else:
             soft.append(rec)
     poss = []
@@ -1960,7 +1973,9 @@ def generate_game(out_path: str | Path, minutes: float | None = None, seed: int 
                "player shoe (latest written sample, 3D) is within 1 m: 'player' is that shoe's "
                "player at the first such sample (spec 6), 'planned_player' the planned toucher, "
                "'ts' the sample of peak |a|, 'ts_first'/'ts_last' the qualifying samples of the "
-               "hitter; annotation times map to ts by spec 4.3 option A"),
+               "hitter; a player whose shoe is the closest within 1 m at other qualifying "
+               "samples of the same touch has a hit of kind 'contested' ('ts' its own peak); "
+               "annotation times map to ts by spec 4.3 option A"),
         config={**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}},
         rows=rows, rows_per_sensor={str(k): v for k, v in sorted(per_sensor.items())},
         halves=halves, generator_seconds=round(time.perf_counter() - started, 3),

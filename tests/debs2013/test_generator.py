@@ -220,6 +220,54 @@ def test_planted_hits_satisfy_the_hit_rule_and_are_the_only_contacts(game):
         assert np.all(gap <= 20 * 10**9), "a qualifying contact that was not planted"
 
 
+def _uncovered_hits(cols, truth):
+    """The spec's hit rule (§6) applied to the written rows, sample by sample: a sample of the
+    ball in play with |a| >= 55 m/s^2 whose closest player shoe (latest written sample, 3D) is
+    within 1 m is a hit of that player. Returns those ``(ts, player)`` that no truth hit of the
+    same player brackets (``ts_first <= ts <= ts_last``)."""
+    players = gen.PEOPLE[:16]
+    shoes = [(p.name, _sensor(cols, sid)) for p in players for sid in p.shoes]
+    out = []
+    for h in truth["halves"]:
+        ball = _in_play_rows(cols, h)
+        strong = ball["a"] >= gen.HIT_ACC_RAW
+        ts = ball["ts"][strong]
+        bp = np.stack([ball["x"], ball["y"], ball["z"]], 1)[strong]
+        d = np.stack([np.linalg.norm(_latest(sh, ts) - bp, axis=1) for _, sh in shoes])
+        best = d.argmin(axis=0)
+        hit = d[best, np.arange(len(ts))] <= gen.HIT_DIST_MM
+        for t, k in zip(ts[hit], best[hit]):
+            name = shoes[k][0]
+            if not any(x["player"] == name and x["ts_first"] <= t <= x["ts_last"]
+                       for x in h["hits"]):
+                out.append((int(t), name))
+    return out
+
+
+def test_every_hit_of_the_rule_is_in_the_truth(game):
+    """Every ball sample that the spec's rule makes a hit is inside a truth hit of the same
+    player (an opponent's shoe closest during another player's kick included: kind
+    ``contested``)."""
+    _, cols, truth = game
+    assert _uncovered_hits(cols, truth) == []
+
+
+@pytest.mark.slow
+def test_a_contested_touch_gives_both_players_a_hit(tmp_path):
+    """Seed 7, 1 minute per half: during a kick an opponent's shoe becomes the closest within
+    1 m while |a| is still >= 55 m/s^2; the truth lists that hit too (about 15 s)."""
+    out = tmp_path / "game.csv"
+    res = gen.generate_game(out, minutes=1, seed=7)
+    table = pacsv.read_csv(out, read_options=pacsv.ReadOptions(column_names=COLS),
+                           convert_options=pacsv.ConvertOptions(
+                               column_types={c: pa.int64() for c in COLS}))
+    cols = {c: table.column(c).to_numpy() for c in COLS}
+    truth = json.loads(res.truth_path.read_text())
+    contested = [x for h in truth["halves"] for x in h["hits"] if x["kind"] == "contested"]
+    assert contested and all(x["player"] != x["planned_player"] for x in contested)
+    assert _uncovered_hits(cols, truth) == []
+
+
 def test_shots_project_into_the_opponent_goal_within_1_5_s(game):
     """From the last hit sample of each planted shot the straight line reaches the goal area."""
     _, cols, truth = game
