@@ -7,6 +7,7 @@ removes the delay-logging column; ``empty_batch`` and ``fn_name`` are small shar
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -91,11 +92,19 @@ def fractional_int(rows: list, schema: pa.Schema) -> tuple[int, str, float] | No
     fraction for an integer column of ``schema``: pyarrow's conversion drops the fraction
     (10.7 -> 10) without a word. None when there is none."""
     cols = [f.name for f in schema if pa.types.is_integer(f.type)]
-    if not cols:
-        return None
-    for j, r in enumerate(rows):
-        for name in cols:
-            v = r.get(name)
+    first = None
+    for name in cols:
+        # the column's values' types first: rows of ints are not looked at one by one (200,000
+        # rows of 4 integer columns: 277 -> 127 ms)
+        try:
+            kinds = set(map(type, map(operator.itemgetter(name), rows)))
+        except (KeyError, TypeError):   # a row without it (a null), or no dict
+            kinds = {type(r.get(name)) for r in rows if isinstance(r, Mapping)}
+        if not any(issubclass(k, (float, np.floating)) for k in kinds):
+            continue
+        vals = [r.get(name) if isinstance(r, Mapping) else None for r in rows]
+        for j, v in enumerate(vals if first is None else vals[:first[0]]):
             if isinstance(v, (float, np.floating)) and not float(v).is_integer():
-                return j, name, v
-    return None
+                first = (j, name, v)
+                break
+    return first
