@@ -198,6 +198,8 @@ def _pyarrow_converts(text: str, type_: pa.DataType) -> bool:
 
 
 _SIGNED = re.compile(r"-?[0-9]+")
+#: a field pyarrow would read as a hexadecimal integer
+_HEX = re.compile(rb"(?:^|[^0-9A-Za-z_.])[-+]?0[xX][0-9A-Fa-f]")
 _UNSIGNED = re.compile(r"[0-9]+")
 _FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
@@ -241,9 +243,8 @@ def _make_checker(fld: pa.Field, required: str | None = None) -> _Checker:
                 if lo <= int(text) <= hi:
                     return None
                 return OUT_OF_RANGE, f"{text} is outside the {type_} range [{lo}, {hi}]"
-            if _pyarrow_converts(text, type_):
-                return None
-            return INVALID_VALUE, f"{text!r} is not a valid {type_}"
+            # nothing else: pyarrow would also read hexadecimal (0xff), wrapped into the type
+            return INVALID_VALUE, f"{text!r} is not a valid {type_} (decimal digits)"
 
         return check_int
 
@@ -327,6 +328,8 @@ class CsvBatchReader:
         if unknown:
             raise SpecError(f"required={unknown}: not columns of the schema {self._names}")
         self._checkers = [_make_checker(f, required.get(f.name)) for f in schema]
+        self._has_ints = any(pa.types.is_integer(f.type) for f in schema)
+        self._quote = None if quote_char is None else quote_char.encode()
         self._non_nullable = [i for i, f in enumerate(schema)
                               if not f.nullable or f.name in required]
         # an empty line gives a null in these (strings: an empty string, not a null)
@@ -585,8 +588,9 @@ class CsvBatchReader:
             is_last = part.first_line + part.n_lines == block.first_line + block.n_lines
             yield from self._parse(part, final_block=final_block and is_last)
 
-    def _fast(self, block: _Block) -> pa.Table | None:
-        """pyarrow's parse of ``block`` if it is certainly right, else ``None``."""
+    def _fast(self, block: _Block, *, checked: bool = False) -> pa.Table | None:
+        """pyarrow's parse of ``block`` if it is certainly right, else ``None`` (``checked``:
+        lines the careful pass accepted)."""
         data = block.data
         # With ignore_empty_lines=False pyarrow reads an empty line as a row of nulls (empty
         # strings in string columns), so empty lines must take the careful path. With a
@@ -594,6 +598,15 @@ class CsvBatchReader:
         # look for them (two scans of the block, ~3 s of CPU per GB).
         if not self._null_if_empty and (data.startswith((b"\n", b"\r\n")) or b"\n\n" in data
                                        or b"\n\r\n" in data):
+            return None
+        # pyarrow reads 0x.. in integer columns as hexadecimal (and wraps 0xff into int8 as -1):
+        # a block with an x in it is looked at first (one fast scan each, ~0.1 s per GB)
+        if not checked and self._has_ints and (b"x" in data or b"X" in data) and _HEX.search(data):
+            return None
+        # the last line of the file (no newline after it) cut off inside a quoted field: pyarrow
+        # closes the quote at the end of the data and reads a row
+        if not checked and self._quote and not data.endswith(b"\n") \
+                and self._quote in data[data.rfind(b"\n") + 1:]:
             return None
         try:
             table = pacsv.read_csv(pa.BufferReader(data), read_options=self._read_options,
@@ -676,6 +689,9 @@ class CsvBatchReader:
         if "\r" in text:
             return INVALID_VALUE, "stray carriage return inside the line", None, None
         if self._quote_char is not None and self._quote_char in text and self._open_quote(text):
+            if unterminated:
+                return (TRUNCATED_LINE, "last line has no newline and a quoted field that is "
+                        "not closed: the file looks cut off", None, None)
             return (QUOTED_NEWLINE, "a quoted field is not closed on this line: values with line "
                     "breaks are not read (each line is one row)", None, None)
         fields = self._split(text)
@@ -694,14 +710,14 @@ class CsvBatchReader:
     def _convert_good(self, lines: list[bytes], first_line: int) -> Iterator[pa.Table | BadLine]:
         """Convert lines the careful pass accepted, with the same pyarrow options as the fast path."""
         data = b"\n".join(lines) + b"\n"
-        table = self._fast(_Block(data, first_line, len(lines)))
+        table = self._fast(_Block(data, first_line, len(lines)), checked=True)
         if table is not None:
             yield table
             return
         # Only reachable if the careful checks accept something pyarrow rejects; keep exactness by
         # judging each line alone rather than guessing.
         for offset, raw in enumerate(lines):
-            one = self._fast(_Block(raw + b"\n", first_line + offset, 1))
+            one = self._fast(_Block(raw + b"\n", first_line + offset, 1), checked=True)
             if one is not None:
                 yield one
             else:

@@ -76,6 +76,12 @@ BAD_CASES = [
     (GOOD + "4,9223372036854775808,1\n", 2, csvio.OUT_OF_RANGE, "ts", "9223372036854775808"),
     (GOOD + "4,,1\n", 2, csvio.MISSING_VALUE, "ts", ""),
     (GOOD.encode() + b"4,1,\xff\n", 2, csvio.INVALID_UTF8, None, None),
+    # pyarrow reads hexadecimal integers (and wraps 0xff into -1 in an int8)
+    (GOOD + "0xff,1,1\n" + GOOD, 2, csvio.INVALID_VALUE, "sid", "0xff"),
+    (GOOD + "4,0X26344A2F8E1FB4,1\n", 2, csvio.INVALID_VALUE, "ts", "0X26344A2F8E1FB4"),
+    (GOOD + "4,1,-0x1\n", 2, csvio.INVALID_VALUE, "x", "-0x1"),
+    # the file cut off inside a quoted field (pyarrow closes the quote at the end of the data)
+    (GOOD + GOOD + '4,10753295594424116,"10', 3, csvio.TRUNCATED_LINE, None, None),
 ]
 
 
@@ -517,3 +523,14 @@ def test_written_rows_read_back_with_any_special_character(tmp_path_factory, tex
     assert len(got) == n + 1 and got[0] == ["i", "f", "b", "s"]
     assert [r[3] for r in got[1:]] == ["" if t is None else t for t in texts]
     assert [delimiter.join(r[:3]) for r in got[1:]] == plain[1:]
+
+
+def test_hexadecimal_looking_strings_are_read_as_they_are(tmp_path):
+    """A block with text like 0x1f in a string column goes the careful way (it might hold a
+    hexadecimal integer) and is read exactly, every line a row."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("addr", pa.string())])
+    lines = [f"{i},{'0x%x' % i if i % 3 else 'plain'}" for i in range(5000)]
+    path = _write(tmp_path, "\n".join(lines) + "\n")
+    reader = read_csv_batches(path, schema, block_size=4096)
+    assert _rows(reader) == [(i, "0x%x" % i if i % 3 else "plain") for i in range(5000)]
+    assert (reader.stats.rows, reader.stats.bad_total) == (5000, 0)
