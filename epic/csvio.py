@@ -243,8 +243,10 @@ def _make_checker(fld: pa.Field, required: str | None = None) -> _Checker:
                 if lo <= int(text) <= hi:
                     return None
                 return OUT_OF_RANGE, f"{text} is outside the {type_} range [{lo}, {hi}]"
-            # nothing else: pyarrow would also read hexadecimal (0xff), wrapped into the type
-            return INVALID_VALUE, f"{text!r} is not a valid {type_} (decimal digits)"
+            # pyarrow also reads hexadecimal (0xff), wrapped into the type (0xff in an int8: -1)
+            if "x" not in text and "X" not in text and _pyarrow_converts(text, type_):
+                return None
+            return INVALID_VALUE, f"{text!r} is not a valid {type_}"
 
         return check_int
 

@@ -7,6 +7,8 @@ removes the delay-logging column; ``empty_batch`` and ``fn_name`` are small shar
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import operator
 from typing import Any, Iterable, Mapping
 
@@ -100,11 +102,23 @@ def fractional_int(rows: list, schema: pa.Schema) -> tuple[int, str, float] | No
             kinds = set(map(type, map(operator.itemgetter(name), rows)))
         except (KeyError, TypeError):   # a row without it (a null), or no dict
             kinds = {type(r.get(name)) for r in rows if isinstance(r, Mapping)}
-        if not any(issubclass(k, (float, np.floating)) for k in kinds):
+        if not any(issubclass(k, _FRACTIONAL) for k in kinds):
             continue
         vals = [r.get(name) if isinstance(r, Mapping) else None for r in rows]
         for j, v in enumerate(vals if first is None else vals[:first[0]]):
-            if isinstance(v, (float, np.floating)) and not float(v).is_integer():
+            if isinstance(v, _FRACTIONAL) and _has_fraction(v):
                 first = (j, name, v)
                 break
     return first
+
+
+#: the Python number types that can hold a fraction (pyarrow truncates each into an integer)
+_FRACTIONAL = (float, np.floating, decimal.Decimal, fractions.Fraction)
+
+
+def _has_fraction(v) -> bool:
+    if isinstance(v, fractions.Fraction):
+        return v.denominator != 1
+    if isinstance(v, decimal.Decimal):
+        return v.is_finite() and v != v.to_integral_value()
+    return not float(v).is_integer()

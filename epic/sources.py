@@ -565,6 +565,18 @@ class IteratorSource(Source):
             b = pa.RecordBatch.from_pylist(rows, schema=self.schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
             raise self._misfit(rows, first, exc) from exc
+        # pyarrow's conversion leaves out a key that is no column (a misspelt name: its column
+        # would be null)
+        names = self.schema.names
+        want = dict.fromkeys(names).keys()
+        for j, r in enumerate(rows):
+            if r.keys() != want:
+                extra = [k for k in r if k not in want]
+                if extra:
+                    raise InputError(
+                        f"iterator_source: item {first + j} has {', '.join(map(repr, extra))}, "
+                        f"not a column of the schema ({', '.join(names)}); fix the key, or add "
+                        "the column to the schema", field=str(extra[0]), value=r[extra[0]])
         # pyarrow's conversion drops a float's fraction in an integer column (10.7 -> 10)
         bad = fractional_int(rows, self.schema)
         if bad is not None:

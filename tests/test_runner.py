@@ -343,6 +343,20 @@ def test_iterator_items_that_do_not_fit_are_refused_naming_the_item():
         col = "v" if bad["v"] == "x" else "ts"
         with pytest.raises(InputError, match=rf"item {j}: column '{col}' .* cannot hold"):
             epic.run(topo(items))
+    # a Decimal or a Fraction with a fraction (pyarrow truncates them too); whole ones are taken
+    from decimal import Decimal
+    from fractions import Fraction
+
+    for bad, shown in ((Decimal("10.5"), r"Decimal\('10\.5'\)"), (Fraction(21, 2), r"Fraction")):
+        with pytest.raises(InputError, match=rf"item 2: {shown}.* is not a whole number, and "
+                                             r"column 'sid' is int32"):
+            epic.run(topo(ok + [{"sid": bad, "ts": 12, "v": 0.0}]))
+    whole = [{"sid": Decimal("3"), "ts": Fraction(12, 1), "v": 0.0}]
+    assert epic.run(topo(ok + whole)).collected["o"].column("ts").to_pylist() == [10, 11, 12]
+    # a key that is no column (a misspelt name would leave its column null)
+    with pytest.raises(InputError, match=r"item 2 has 'value', not a column of the schema "
+                                          r"\(sid, ts, v\); fix the key"):
+        epic.run(topo(ok + [{"sid": 3, "ts": 12, "value": 0.0}]))
 
 
 def test_console_rows_stay_one_line(capsys):
