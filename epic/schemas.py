@@ -57,6 +57,11 @@ def as_schema(schema: Any, *, what: str = "schema") -> pa.Schema:
                                 f"of {', '.join(_TYPE_NAMES)} or a pyarrow type")
             typ = _TYPE_NAMES[typ]
         fields.append(pa.field(name, typ))
+    names = [f.name for f in fields]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SpecError(f"{what}: column {', '.join(map(repr, twice))} given more than once; "
+                        "give each column once")
     return pa.schema(fields)
 
 

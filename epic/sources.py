@@ -128,7 +128,13 @@ def _check_common(src: Source, what: str):
         raise SpecError(f"{what}: unknown time unit {src.unit!r}; use one of {', '.join(UNITS)}")
     if not isinstance(src.time, str) or not src.time:
         raise SpecError(f"{what}: time must name the event-time column")
-    src.lateness_ticks()
+    if src.lateness_ticks() < 0:
+        raise SpecError(f"{what}: lateness={src.lateness!r} must be >= 0 (the watermark trails "
+                        "the largest time by it; a negative one would make rows in order late)")
+    batch_rows = getattr(src, "batch_rows", 1)
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise SpecError(f"{what}: batch_rows={batch_rows!r} must be a whole number >= 1 (rows "
+                        "per batch)")
     slack = src.slack_ticks()
     if slack is not None and slack < 0:
         raise SpecError(f"{what}: slack must be >= 0")

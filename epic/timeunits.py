@@ -7,6 +7,7 @@ timestamps are picoseconds above 2**53, so event time is never a float.
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -52,11 +53,15 @@ def to_ticks(value: Real | timedelta | Decimal, unit: str, *, what: str = "durat
         exact = Fraction(value.days * 86400 + value.seconds) + Fraction(value.microseconds, 10**6)
     elif isinstance(value, bool):
         raise SpecError(f"{what} must be a number of seconds or a timedelta, not a bool")
+    elif isinstance(value, (float, Decimal)) and not math.isfinite(value):
+        raise SpecError(f"{what} must be a finite number of seconds, got {value!r}")
     elif isinstance(value, float):
         exact = Fraction(Decimal(repr(value)))
     elif isinstance(value, (int, Fraction, Decimal)):
         exact = Fraction(value)
     elif isinstance(value, Real):
+        if not math.isfinite(float(value)):
+            raise SpecError(f"{what} must be a finite number of seconds, got {value!r}")
         exact = Fraction(Decimal(repr(float(value))))
     else:
         raise SpecError(f"{what} must be a number of seconds or a timedelta, got {value!r}")

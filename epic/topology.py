@@ -426,7 +426,8 @@ class WindowNode(Node):
         try:
             check_window(self.spec, aggs, s.schema, s.time, s.unit, key or None)
         except SpecError as exc:
-            field_ = "spec" if "few_" in str(exc) or "tick" in str(exc) else "aggregates"
+            field_ = "spec" if any(w in str(exc) for w in ("few_", "tick", "seconds")) \
+                else "aggregates"
             if "key column" in str(exc):
                 field_ = "key"
             raise _err(self.name, field_, str(exc), _fix_of(str(exc), s.columns)) from exc

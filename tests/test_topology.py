@@ -218,6 +218,38 @@ def test_source_time_column_must_be_integer():
         t.source("s", epic.iterator_source([], schema={"ts": "float64"}, time="ts", unit="s"))
 
 
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: epic.iterator_source([], schema=[("ts", "int64"), ("ts", "int64")], time="ts",
+                                  unit="s"), r"column 'ts' given more than once"),
+    (lambda: epic.csv_source("x.csv", [("ts", "int64"), ("a", "int64"), ("a", "int64")],
+                             time="ts", unit="s"), r"column 'a' given more than once"),
+    (lambda: epic.iterator_source([], schema=SCHEMA, time="ts", unit="ms", lateness=-1),
+     r"lateness=-1 must be >= 0"),
+    (lambda: epic.iterator_source([], schema=SCHEMA, time="ts", unit="ms",
+                                  lateness=float("nan")), r"lateness must be a finite number"),
+    (lambda: epic.csv_source("x.csv", SCHEMA, time="ts", unit="s", batch_rows=0),
+     r"csv_source: batch_rows=0 must be a whole number >= 1"),
+    (lambda: epic.iterator_source([], schema=SCHEMA, time="ts", unit="s", batch_rows=-5),
+     r"iterator_source: batch_rows=-5 must be a whole number >= 1"),
+    (lambda: epic.parquet_source("x.parquet", schema=SCHEMA, time="ts", unit="s",
+                                 batch_rows=0),
+     r"parquet_source: batch_rows=0 must be a whole number >= 1"),
+])
+def test_a_source_refuses_what_it_cannot_read_when_built(make, message):
+    """Duplicate columns, a negative or NaN lateness (a negative one made rows in order late)
+    and a batch size below 1 are refused when the source is made, naming the parameter."""
+    with pytest.raises(epic.errors.SpecError, match=message):
+        make()
+
+
+@pytest.mark.parametrize("length", [float("nan"), float("inf")])
+def test_a_window_length_that_is_no_number_is_a_spec_error(length):
+    t = Topology("t")
+    s = t.source("s", epic.iterator_source([], schema=SCHEMA, time="ts", unit="s"))
+    with pytest.raises(TopologyError, match=r"node 'w', spec: length must be a finite number"):
+        t.window("w", s, epic.tumbling(length), aggregates=[epic.count()])
+
+
 def test_window_then_aggregate_form():
     """``t.window(...).aggregate(...)`` is the same node as passing aggregates."""
     t = Topology("t")
