@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import pyarrow as pa
 
 from .errors import InputError, OutputError, SpecError
-from .schemas import fractional_int
+from .schemas import as_schema, fractional_int
 from .timeunits import UNITS, to_ticks
 
 __all__ = [
@@ -312,6 +312,18 @@ def csv_source(path: str | os.PathLike, schema, *, time: str, unit: str, header:
                      slack, punctuation, late_file, replay_speed)
 
 
+def _check_has(path: str, found: pa.Schema, names, given: str, error) -> None:
+    """``error`` naming the Parquet file ``path`` when it lacks one of the columns ``names``."""
+    missing = [n for n in names if n not in found.names]
+    if missing:
+        have = ", ".join(n for n in found.names if not n.startswith("__"))
+        msg = (f"has no column {', '.join(map(repr, missing))} ({given} names it); the "
+               f"file's columns: {have}")
+        if error is SpecError:
+            raise SpecError(f"parquet_source: {path} {msg}")
+        raise error(f"parquet_source: the file {msg}", path=path)
+
+
 @dataclass(frozen=True)
 class ParquetSource(Source):
     """See :func:`parquet_source`."""
@@ -337,8 +349,19 @@ class ParquetSource(Source):
                 raise SpecError(f"parquet_source: cannot read the schema of {self.path} ({exc}); "
                                 "create the file first or pass schema=...") from exc
             if self.columns:
+                _check_has(self.path, schema, self.columns, "columns=", SpecError)
                 schema = pa.schema([schema.field(c) for c in self.columns])
             object.__setattr__(self, "schema", schema.remove_metadata())
+        elif os.path.exists(self.path):
+            # a file that is there already is checked now (one that comes later, when read)
+            import pyarrow.dataset as ds
+
+            try:
+                found = ds.dataset(self.path, format="parquet").schema
+            except (OSError, pa.ArrowInvalid):
+                found = None   # damaged: reading it says so, naming the file
+            if found is not None:
+                _check_has(self.path, found, as_schema(self.schema).names, "schema=", SpecError)
         _check_common(self, "parquet_source")
 
     def open(self) -> SourceReader:
@@ -348,6 +371,7 @@ class ParquetSource(Source):
             raise InputError("input file not found", path=self.path)
         dataset = ds.dataset(self.path, format="parquet")
         names = list(self.schema.names)
+        _check_has(self.path, dataset.schema, names, "schema=", InputError)
         count = [0]
 
         def batches():

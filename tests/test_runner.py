@@ -369,3 +369,25 @@ def test_console_rows_stay_one_line(capsys):
     epic.run(t)
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[con]")]
     assert lines == ["[con] ts\ts\tu", "[con] 1\ttwo\\nlines\ta\\tb\\\\c"]
+
+
+def test_a_parquet_file_without_a_named_column_is_named(tmp_path):
+    """parquet_source's schema= or columns= naming a column the file lacks: at build when the
+    file is there, else when it is read; the error names the file and its columns."""
+    import pyarrow.parquet as pq
+
+    from epic.errors import InputError, SpecError
+
+    p = tmp_path / "in.parquet"
+    late = epic.parquet_source(p, time="ts", unit="ms", schema={"ts": "int64", "w": "float64"})
+    pq.write_table(pa.table({"ts": [1, 2], "v": [1.0, 2.0]}), p)
+    with pytest.raises(SpecError, match=rf"{p} has no column 'w' \(schema= names it\); the "
+                                        r"file's columns: ts, v"):
+        epic.parquet_source(p, time="ts", unit="ms", schema={"ts": "int64", "w": "float64"})
+    with pytest.raises(SpecError, match=r"has no column 'zz' \(columns= names it\)"):
+        epic.parquet_source(p, time="ts", unit="ms", columns=["ts", "zz"])
+    t = epic.Topology("pq")
+    t.sink("o", t.source("s", late), epic.collect_sink())
+    with pytest.raises(InputError, match=r"the file has no column 'w'") as info:
+        epic.run(t)
+    assert info.value.path == str(p)
