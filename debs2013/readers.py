@@ -279,6 +279,15 @@ def normalize_name(name: str) -> str:
     return C.NAME_ALIASES.get(text, text)
 
 
+def _sensor_id(text: str, path, line: int) -> int:
+    """A sensor id of the metadata file: it must fit the sensor file's ``sid`` column (int64)."""
+    sid = int(text)
+    if sid > 2**63 - 1:
+        raise InputError(f"sensor id {text} does not fit a 64-bit integer (the sensor file's sid)",
+                         path=str(path), line=line, value=text)
+    return sid
+
+
 _PERSON = re.compile(r"^(?P<name>[^()]+?)\s*\((?P<sensors>[^()]*)\)\s*$")
 _SENSOR = re.compile(r"^\s*(Left|Right)\s+(Leg|Arm|Hand)\s*:\s*(\d+)\s*$", re.IGNORECASE)
 _BALLS = re.compile(r"^-?\s*(\d+)(?:st|nd|rd|th)\s+Half\s*:\s*(.*)$", re.IGNORECASE)
@@ -301,6 +310,7 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
     referee: Person | None = None
     names: dict[str, int] = {}                    # person -> line
     owners: dict[int, tuple[str, int]] = {}       # sensor id -> (person, line)
+    ball_lines: dict[int, int] = {}               # ball sensor id -> line
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line:
@@ -312,8 +322,28 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
             in_balls, team = False, m.group(1).upper()
             continue
         if in_balls and (m := _BALLS.match(line)) is not None:
-            ids = [int(x) for x in re.findall(r"\d+", m.group(2))]
-            balls[int(m.group(1))] = frozenset(ids)
+            half = int(m.group(1))
+            if half not in (1, 2):
+                raise InputError(f"half {half}: a game has a 1st and a 2nd half",
+                                 path=str(path), line=number)
+            if half in balls:
+                raise InputError(f"the balls of half {half} are listed twice", path=str(path),
+                                 line=number)
+            parts = [x.strip() for x in m.group(2).split(",")]
+            bad = [x for x in parts if not (x.isascii() and x.isdigit())]
+            if bad or not parts:
+                raise InputError(f"ball sensor id {bad[0] if bad else ''!r} is not a whole "
+                                 "number; list the half's ball ids separated by commas",
+                                 path=str(path), line=number, field="balls",
+                                 value=bad[0] if bad else "")
+            ids = [_sensor_id(x, path, number) for x in parts]
+            for sid in ids:
+                if sid in owners:
+                    raise InputError(f"ball {sid} is also {owners[sid][0]}'s sensor (line "
+                                     f"{owners[sid][1]}): every sensor id belongs to one ball "
+                                     "or person", path=str(path), line=number)
+            balls[half] = frozenset(ids)
+            ball_lines.update((sid, number) for sid in ids)
             continue
         if (m := _PERSON.match(line)) is None:
             raise InputError(f"unrecognised metadata line {line!r}", path=str(path), line=number)
@@ -323,7 +353,7 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
                 raise InputError(f"unrecognised sensor {part.strip()!r}", path=str(path),
                                  line=number)
             limb = "hand" if s.group(2).lower() in ("arm", "hand") else "leg"
-            sensors[f"{s.group(1).lower()}_{limb}"] = int(s.group(3))
+            sensors[f"{s.group(1).lower()}_{limb}"] = _sensor_id(s.group(3), path, number)
         if "left_leg" not in sensors or "right_leg" not in sensors:
             raise InputError("a person needs a left and a right leg sensor", path=str(path),
                              line=number)
@@ -333,6 +363,10 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
                              path=str(path), line=number)
         names[name] = number
         for sid in sensors.values():
+            if sid in ball_lines:
+                raise InputError(f"sensor {sid} of {name} is also a ball's (line "
+                                 f"{ball_lines[sid]}): every sensor id belongs to one ball or "
+                                 "person", path=str(path), line=number)
             if sid in owners:
                 raise InputError(f"sensor {sid} of {name} is also {owners[sid][0]}'s (line "
                                  f"{owners[sid][1]}): every sensor id belongs to one person",
@@ -565,6 +599,10 @@ def read_interruptions(path: str | os.PathLike[str], half: int, *,
             its Begin, or a time after the half's end.
     """
     rows = read_annotation_rows(path)
+    if not rows and not Path(path).read_bytes().strip():
+        raise InputError("the file is empty: expected the header event_id,event_name,"
+                         "event_time_real,event_counter and the half's Begin/End rows (a half "
+                         "without interruptions: the header alone)", path=str(path), line=1)
     ids = C.INTERRUPTION_IDS.get(half)
     kinds = []
     for row in rows:
@@ -583,6 +621,12 @@ def read_interruptions(path: str | os.PathLike[str], half: int, *,
             if open_row is not None:
                 raise InputError("two Begin rows in a row; interruptions pair Begin/End by order",
                                  path=str(path), line=row.line)
+            if out and _to_ts(row.t_ps, half, offset) < out[-1].end_ts:
+                raise InputError(f"this Begin ({row.t_ps / C.PS_PER_S:.3f} s) is earlier than "
+                                 f"the End on line {out[-1].end_line} "
+                                 f"({(out[-1].end_ts - start - offset) / C.PS_PER_S:.3f} s):"
+                                 " interruptions come in time order and do not overlap",
+                                 path=str(path), line=row.line, field="event_time_real")
             open_row = row
         elif open_row is None and i == 0:
             out.append(Interruption(half, start, _to_ts(row.t_ps, half, offset), None, row.line))

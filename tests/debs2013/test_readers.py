@@ -179,6 +179,11 @@ def test_original_layout_variants(tmp_path):
         assert [(i.begin_ts, i.end_ts) for i in read_interruptions(path, 2)] == expected
 
 
+def test_a_header_alone_is_a_half_without_interruptions(tmp_path):
+    path = _write(tmp_path / "h.csv", "event_id,event_name,event_time_real,event_counter\n")
+    assert read_interruptions(path, 1) == ()
+
+
 def test_leading_end_is_paired_with_half_start(tmp_path):
     """A file starting with End: the game is stopped from the half start to that End."""
     path = _write(tmp_path / "e.csv", "2011,End,00:00:03.092,1\n2010,Begin,00:01:00.000,2\n"
@@ -195,10 +200,14 @@ def test_leading_end_is_paired_with_half_start(tmp_path):
     ("9999,Pass,0,1\n", 1),
     ("2010,Begin,00:00:10.000,1\n2011,End,00:00:05.000,1\n", 2),      # End before its Begin
     ("2010,Begin,0,1\n2011,End,00:00:03.092,1\n2010,Begin,00:45:00.000,2\n"
-     "2011,End,00:46:00.000,2\n", 3)])                                   # after the half's end
+     "2011,End,00:46:00.000,2\n", 3),                                   # after the half's end
+    ("2010,Begin,00:00:10.000,1\n2011,End,00:00:50.000,1\n2010,Begin,00:00:20.000,2\n"
+     "2011,End,00:00:30.000,2\n", 3),                                   # overlapping pairs
+    ("", 1), ("\n\n", 1)])                                                # an empty file
 def test_bad_interruption_files_name_the_line(tmp_path, body, line):
-    """Broken pairing, a bad time, an unknown event, an End earlier than its Begin or a time
-    after the half's end stop with the exact line."""
+    """Broken pairing, a bad time, an unknown event, an End earlier than its Begin, a time
+    after the half's end, a Begin before the previous End, or an empty file stop with the exact
+    line."""
     with pytest.raises(InputError) as info:
         read_interruptions(_write(tmp_path / "bad.csv", body), 1)
     assert info.value.line == line
@@ -270,6 +279,28 @@ def test_metadata_refuses_a_sensor_or_a_person_given_twice(tmp_path, old, new, w
     last = new.splitlines()[-1]
     number = max(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.strip() == last)
     assert info.value.line == number
+
+
+@pytest.mark.parametrize(("old", "new", "line", "words"), [
+    ("4, 8, 10\n", "4, 8, ten\n", 2, "ball sensor id 'ten' is not a whole number"),
+    ("4, 8, 10\n", "4, 8,\n", 2, "ball sensor id '' is not a whole number"),
+    ("4, 8, 10\n", "4, 8, 13\n", "Left Leg: 13,", "sensor 13 of .* is also a ball's \\(line 2\\)"),
+    ("- 2nd Half:", "- 3rd Half:", 3, "half 3: a game has a 1st and a 2nd half"),
+    ("- 2nd Half:", "- 1st Half:", 3, "the balls of half 1 are listed twice"),
+    ("Left Leg: 13", "Left Leg: 99999999999999999999", "Left Leg: 9999",
+     "does not fit a 64-bit integer")])
+def test_metadata_refuses_bad_balls_and_ids(tmp_path, old, new, line, words):
+    """A ball id that is no number (it was dropped), a ball id that is also a person's, a half
+    other than 1 and 2, a half listed twice and an id beyond int64 stop the reader at the line."""
+    text = (shared_dir() / "metadata.txt").read_text(encoding="utf-8-sig")
+    assert old in text
+    path = tmp_path / "metadata.txt"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(InputError, match=words) as info:
+        read_metadata(path)
+    if isinstance(line, str):   # the line of the person holding this text
+        line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if line in ln)
+    assert info.value.line == line
 
 
 def test_metadata_in_cp1252_reads_its_names(tmp_path):
