@@ -18,17 +18,42 @@ import epic
 from debs2013 import constants as C
 from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
 from debs2013.dataflow import DebsOptions, build_topology
+from epic.errors import SpecError
 
 
-def _ps(seconds: str) -> int:
-    """Seconds as text (``"0.02"``, ``"1"``, ``"1/50"``) -> exact picoseconds."""
-    return int(Fraction(seconds) * C.PS_PER_S)
+def _ps(seconds: str, name: str) -> int:
+    """Seconds as text (``"0.02"``, ``"1"``, ``"1/50"``) -> exact picoseconds; ``name``: the
+    parameter (named in the error)."""
+    try:
+        ps = Fraction(str(seconds).strip()) * C.PS_PER_S
+    except (ValueError, ZeroDivisionError):
+        raise SpecError(f"--{name.replace('_', '-')} {seconds!r}: expected seconds, e.g. 0.02 or "
+                        "1/50") from None
+    if ps.denominator != 1:
+        raise SpecError(f"--{name.replace('_', '-')} {seconds!r} is not a whole number of "
+                        f"picoseconds (it is {float(ps):g} ps); give a multiple of 1 ps")
+    return int(ps)
 
 
 def _grid(text: str) -> tuple[int, ...]:
     """``"64x100"`` -> ``(64, 100)``; ``"64x100+13"`` -> ``(64, 100, 13)`` (y: both edge sets)."""
-    nx, ny = text.lower().split("x")
-    return (int(nx),) + tuple(int(v) for v in ny.split("+"))
+    try:
+        nx, ny = text.lower().split("x")
+        return (int(nx),) + tuple(int(v) for v in ny.split("+"))
+    except ValueError:
+        raise SpecError(f"--q3-base-grid {text!r}: expected NXxNY[+NY2...], e.g. 64x100+13 or "
+                        "64x1300") from None
+
+
+def _ps_time(text: str, name: str) -> int | None:
+    """A sensor time in ps (``''``: none)."""
+    if not str(text).strip():
+        return None
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise SpecError(f"--{name.replace('_', '-')} {text!r}: expected a sensor time in ps "
+                        "(a whole number), or '' for none") from None
 
 
 # inputs, outputs, run shape
@@ -84,6 +109,10 @@ q3_base_grid = epic.param("q3_base_grid", "64x100+13",
                                "approximate)")
 q3_corners = epic.param("q3_corners", "mm", help="mm: corners rounded to whole mm | exact")
 
+if dead_letter and not lenient:
+    raise SpecError("--dead-letter is where --lenient writes the bad input lines; add --lenient, "
+                    "or leave --dead-letter out (strict: the first bad line stops the run)")
+
 topology = build_topology(DebsOptions(
     input=input_path,
     referee_events=referee_events or None,
@@ -102,15 +131,15 @@ topology = build_topology(DebsOptions(
     trim_markers=trim_markers,
     batch_rows=batch_rows,
     window_time=window_time,
-    play_break_from=int(play_break_from) if str(play_break_from).strip() else None,
-    q1=Q1Config(emit_period_ps=_ps(q1_period), boundary=q1_boundary, short_stretch=q1_short,
+    play_break_from=_ps_time(play_break_from, "play_break_from"),
+    q1=Q1Config(emit_period_ps=_ps(q1_period, "q1_period"), boundary=q1_boundary, short_stretch=q1_short,
                 distance=q1_distance),
     q2=Q2Config(acc_inclusive=not hit_strict, distance_3d=not hit_2d, include_hands=hands,
-                epsilon_ps=_ps(epsilon), ball_timeout_ps=_ps(ball_timeout),
+                epsilon_ps=_ps(epsilon, "epsilon"), ball_timeout_ps=_ps(ball_timeout, "ball_timeout"),
                 possession_time=possession_time, hits_count=hits_count,
-                team_time=team_time, team_period_ps=_ps(q2_period)),
+                team_time=team_time, team_period_ps=_ps(q2_period, "q2_period")),
     q3=Q3Config(base_grid=_grid(q3_base_grid), denominator=q3_denominator, dense=dense,
                 corners=q3_corners),
-    q4=Q4Config(gravity=gravity, deflection_ends=deflection_ends, pending_ps=_ps(shot_pending),
+    q4=Q4Config(gravity=gravity, deflection_ends=deflection_ends, pending_ps=_ps(shot_pending, "shot_pending"),
                 settle_acc_raw=C.HIT_ACC_RAW if shot_settle else None),
 ))

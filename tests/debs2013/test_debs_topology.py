@@ -71,6 +71,20 @@ def test_unknown_switch_value_is_an_error(game, tmp_path):
                                         "clock": "D"})
 
 
+@pytest.mark.parametrize(("params", "message"), [
+    ({"q3_base_grid": "abc"}, r"--q3-base-grid 'abc': expected NXxNY"),
+    ({"epsilon": "abc"}, r"--epsilon 'abc': expected seconds"),
+    ({"play_break_from": "abc"}, r"--play-break-from 'abc': expected a sensor time in ps"),
+    ({"q1_period": "1/3"}, r"--q1-period '1/3' is not a whole number of picoseconds"),
+    ({"dead_letter": "bad.csv"}, r"--dead-letter is where --lenient writes"),
+])
+def test_a_malformed_parameter_is_named(game, tmp_path, params, message):
+    """A value the topology cannot use names its --parameter (not a bare ValueError), and a
+    period that is not a whole number of ps is refused, not truncated."""
+    with pytest.raises(epic.EpicError, match=message):
+        load_topology(TOPOLOGY, params={"input": str(game[0]), "out": str(tmp_path), **params})
+
+
 def test_writes_the_15_files_with_spec_headers(run):
     """All 15 EPIC files exist with the spec's columns (q3: plus ``grid``) and rows."""
     out, _ = run
