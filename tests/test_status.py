@@ -206,3 +206,101 @@ def test_a_gone_deploy_shows_no_node_running(tmp_path):
     r = CliRunner().invoke(app, ["status", str(wd)], terminal_width=200)
     assert r.exit_code == 0 and "gone" in r.output and "stopped" in r.output
     assert "running" not in r.output.replace("no deploy is running", ""), r.output
+
+
+def test_stop_reaches_a_first_deploy_that_is_still_starting(tmp_path):
+    """A first deploy writes deploy.json once its session runs, seconds after its status says
+    starting: `epic stop` meanwhile writes the request it will find (it holds the lock)."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    p = _holder(wd)   # holds the lock, status.json says running; no deploy.json yet
+    try:
+        r = CliRunner().invoke(app, ["stop", str(wd)])
+        assert r.exit_code == 0, r.output
+        assert (wd / "STOP").exists()
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    (wd / "STOP").unlink()
+    r = CliRunner().invoke(app, ["stop", str(wd)])   # nobody holds it now: not a deploy's
+    assert r.exit_code == 1 and "no deploy.json" in r.output
+    assert not (wd / "STOP").exists()
+
+
+def _sensor_topology(tmp_path, **params):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from epic.cli import load_topology
+
+    return load_topology(os.path.join(root, "topologies", "sensor_averages.py"),
+                         params={"out": str(tmp_path / "out"), **params})
+
+
+@pytest.mark.parametrize(("rerun", "words"), [
+    (["-p", "out={out2}"],
+     r"holds a deploy of topology .sensor_averages. .*rerun with the same parameters"),
+    (["--fuse"], r"was deployed without --fuse"),
+])
+def test_a_refused_rerun_leaves_the_work_directory_as_it_was(tmp_path, rerun, words):
+    """A rerun with other topology parameters (here the output path) or another --fuse is
+    refused before the session starts, naming what differs; status.json stays as it was."""
+    from epic.spark.runtime import _manifest
+
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    _manifest(str(wd), _sensor_topology(tmp_path), 1)
+    finished = {"topology": "sensor_averages", "state": "finished", "pid": 1, "elapsed_s": 3.0,
+                "nodes": {}}
+    (wd / "status.json").write_text(json.dumps(finished))
+    (wd / "deploy.lock").write_text("")   # as a deploy that ended leaves it
+    before = sorted(os.listdir(wd))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = [a.format(out2=tmp_path / "out2") for a in rerun]
+    r = CliRunner().invoke(app, ["deploy", os.path.join(root, "topologies", "sensor_averages.py"),
+                                 "-w", str(wd), "--no-progress",
+                                 *(["-p", f"out={tmp_path / 'out'}"] if "-p" not in args else []),
+                                 *args], terminal_width=300)
+    assert r.exit_code == 1, r.output
+    assert re.search(words, " ".join(r.output.split())), r.output
+    assert json.loads((wd / "status.json").read_text()) == finished
+    assert sorted(os.listdir(wd)) == before
+
+
+def test_the_same_parameters_give_the_same_settings(tmp_path):
+    from epic.spark.runtime import node_settings
+
+    a = node_settings(_sensor_topology(tmp_path))
+    assert a == node_settings(_sensor_topology(tmp_path))
+    b = node_settings(_sensor_topology(tmp_path, out=str(tmp_path / "elsewhere")))
+    assert {n for n in a if a[n] != b[n]} and {n for n in a if a[n] == b[n]}
+
+
+@pytest.mark.parametrize(("option", "words"), [
+    (["--partitions", "0"], "--partitions 0: give a whole number of at least 1"),
+    (["--trigger", "-1"], "--trigger -1.0: give seconds"),
+    (["--timeout", "0"], "--timeout 0.0: give a number of seconds above 0"),
+])
+def test_deploy_options_out_of_range_are_refused(tmp_path, option, words):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    wd = tmp_path / "wd"
+    r = CliRunner().invoke(app, ["deploy", os.path.join(root, "topologies", "sensor_averages.py"),
+                                 "-w", str(wd), "--no-progress", *option,
+                                 "-p", f"out={tmp_path / 'out'}"], terminal_width=300)
+    assert r.exit_code == 1 and words in r.output, r.output
+    assert not wd.exists()
+
+
+def test_a_session_that_cannot_start_is_one_error_line_and_a_failed_status(tmp_path):
+    """`--master nonsense`: one error line naming the master (no Java stack without --debug),
+    and `epic status` says failed with that error, not gone."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    wd = tmp_path / "wd"
+    r = subprocess.run([sys.executable, "-m", "epic", "deploy",
+                        os.path.join(root, "topologies", "sensor_averages.py"), "-w", str(wd),
+                        "--no-progress", "--master", "nonsense", "-p",
+                        f"out={tmp_path / 'out'}"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "cannot start the Spark session (master 'nonsense')" in lines[0]
+    assert "Traceback" not in r.stderr and "╭" not in r.stderr, r.stderr[-2000:]
+    doc = read_status(str(wd))
+    assert doc["state"] == "failed" and "cannot start the Spark session" in doc["error"]

@@ -17,6 +17,7 @@ import time as _time
 import uuid
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 
 from epic.atomic import atomic_json
 from epic.errors import EpicError
@@ -198,36 +199,107 @@ def _check_driver_dir(wd: str, driver: str, existing: dict | None) -> None:
             + ", or deploy into a fresh --workdir")
 
 
+def _plain(v, depth: int = 0):
+    """A deterministic JSON-able picture of a node's setting ``v``: numbers, text, paths,
+    schemas, dataclasses (their fields) and containers of them; a function or another object by
+    its type and name only (its code and memory address are not compared)."""
+    import dataclasses
+    import enum
+    from datetime import timedelta
+    from decimal import Decimal
+    from fractions import Fraction
+
+    if depth > 6:
+        return type(v).__qualname__
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (Fraction, Decimal, timedelta, enum.Enum)):
+        return repr(v)
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    if isinstance(v, (pa.Schema, pa.DataType, pa.Field)):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        if len(v) > 64:   # an iterator source's items: their number and first ones
+            return {"len": len(v), "head": [_plain(x, depth + 1) for x in v[:8]]}
+        return [_plain(x, depth + 1) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x, depth + 1) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(v, (set, frozenset)):
+        return sorted((_plain(x, depth + 1) for x in v), key=repr)
+    if callable(v) and not dataclasses.is_dataclass(v):
+        return getattr(v, "__qualname__", type(v).__qualname__)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {"_": type(v).__qualname__,
+                **{f.name: _plain(getattr(v, f.name, None), depth + 1)
+                   for f in dataclasses.fields(v) if f.name not in ("outputs", "owner")}}
+    return type(v).__qualname__
+
+
+def node_settings(topology: Topology) -> dict[str, str]:
+    """Per node, a digest of its settings (:func:`_plain` of the node, its inputs and output
+    schemas): a rerun of a work directory with other settings (a topology parameter, an output
+    path) is refused instead of resuming the old deploy's checkpoints with them."""
+    import hashlib
+
+    out = {}
+    for n in topology.topological_order():
+        pic = {"node": _plain(n), "inputs": [f"{s.node}:{s.port}" for s in n.inputs],
+               "outputs": [str(s.schema) for s in n.outputs]}
+        out[n.name] = hashlib.sha1(json.dumps(pic, sort_keys=True).encode()).hexdigest()[:16]
+    return out
+
+
+def _check_manifest(m: dict, wd: str, topology: Topology, fuse: bool) -> None:
+    """Refuse to resume the deploy recorded in ``m`` (the work directory's ``deploy.json``) with
+    another topology, another --fuse, other nodes or other node settings: its checkpoints and
+    outputs follow the old ones."""
+    if m.get("topology") != topology.name:
+        raise EpicError(f"{wd} holds a deploy of topology {m.get('topology')!r}, not "
+                        f"{topology.name!r}; use another --workdir")
+    if bool(m.get("fuse", False)) != bool(fuse):
+        raise EpicError(f"{wd} was deployed {'with' if m.get('fuse') else 'without'} --fuse;"
+                        " rerun it the same way (its checkpoints are per query), or use a "
+                        "fresh --workdir")
+    had = m.get("nodes")
+    now = [n.name for n in topology.topological_order()]
+    if had is not None and set(had) != set(now):
+        added, gone = sorted(set(now) - set(had)), sorted(set(had) - set(now))
+        raise EpicError(
+            f"{wd} holds a deploy of another version of topology {topology.name!r} ("
+            + "; ".join(x for x in (f"nodes added: {', '.join(added)}" if added else "",
+                                    f"nodes removed: {', '.join(gone)}" if gone else "") if x)
+            + "): its checkpoints and topics follow the old nodes; deploy into a fresh "
+            "--workdir")
+    was = m.get("settings")
+    if was is not None:
+        now_s = node_settings(topology)
+        changed = [n for n in now if n in was and was[n] != now_s.get(n)]
+        if changed:
+            raise EpicError(
+                f"{wd} holds a deploy of topology {topology.name!r} with other settings of "
+                f"node(s) {', '.join(changed)} (a topology parameter, a path, a window, a "
+                "schema...): its checkpoints and outputs follow the old ones; rerun with the "
+                "same parameters to finish it, or deploy into a fresh --workdir")
+    if m.get("io", "rows") != "direct":
+        # Written by an epic that still had `--io rows` (its topics' layout and state
+        # partitions differ; a deploy.json without "io" is one of those too).
+        raise EpicError(f"{wd} was deployed with --io {m.get('io', 'rows')}, an I/O mode epic "
+                        "no longer has; deploy into a fresh --workdir")
+
+
 def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
               driver: str | None = None) -> int:
     p = f"{wd}/deploy.json"
     m = _read_json(p)
     if m is not None:
-        if m.get("topology") != topology.name:
-            raise EpicError(f"{wd} holds a deploy of topology {m.get('topology')!r}, not "
-                            f"{topology.name!r}; use another --workdir")
-        if bool(m.get("fuse", False)) != bool(fuse):
-            raise EpicError(f"{wd} was deployed {'with' if m.get('fuse') else 'without'} --fuse;"
-                            " rerun it the same way (its checkpoints are per query), or use a "
-                            "fresh --workdir")
-        had = m.get("nodes")
-        now = [n.name for n in topology.topological_order()]
-        if had is not None and set(had) != set(now):
-            added, gone = sorted(set(now) - set(had)), sorted(set(had) - set(now))
-            raise EpicError(
-                f"{wd} holds a deploy of another version of topology {topology.name!r} ("
-                + "; ".join(x for x in (f"nodes added: {', '.join(added)}" if added else "",
-                                        f"nodes removed: {', '.join(gone)}" if gone else "") if x)
-                + "): its checkpoints and topics follow the old nodes; deploy into a fresh "
-                "--workdir")
-        if m.get("io", "rows") != "direct":
-            # Written by an epic that still had `--io rows` (its topics' layout and state
-            # partitions differ; a deploy.json without "io" is one of those too).
-            raise EpicError(f"{wd} was deployed with --io {m.get('io', 'rows')}, an I/O mode epic "
-                            "no longer has; deploy into a fresh --workdir")
+        _check_manifest(m, wd, topology, fuse)
         return int(m["partitions"])
     doc = {"topology": topology.name, "partitions": partitions, "id": uuid.uuid4().hex,
-           "nodes": [n.name for n in topology.topological_order()]}
+           "nodes": [n.name for n in topology.topological_order()],
+           "settings": node_settings(topology)}
     if fuse:
         doc["fuse"] = True
     doc["io"] = "direct"   # the layout generation (older work dirs say "rows" or nothing)
@@ -240,6 +312,11 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
         _write_json(os.path.join(driver, OWNER), {**doc, "workdir": wd})
     _write_json(p, doc)
     return partitions
+
+
+class Refused(EpicError):
+    """A deploy refused before any query started: the work directory and its status are left
+    as they were."""
 
 
 def check_plan(wd: str, checkpoints: str, queries: list[str]) -> None:
@@ -267,7 +344,7 @@ def check_plan(wd: str, checkpoints: str, queries: list[str]) -> None:
     stray = [q for q in have if q not in known]
     if stray:
         shown = ", ".join(repr(q) for q in stray[:3]) + (", ..." if len(stray) > 3 else "")
-        raise EpicError(f"{wd} holds checkpoints of {len(stray)} "
+        raise Refused(f"{wd} holds checkpoints of {len(stray)} "
                         f"quer{'y' if len(stray) == 1 else 'ies'} this deploy does not have "
                         f"({shown}): it was deployed with another topology or by an epic that "
                         "plans queries otherwise; deploy into a fresh --workdir, or finish it "
@@ -334,6 +411,15 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
             (:class:`~epic.errors.NodeFailure` text: node, function, micro-batch).
     """
     topology.validate(warn=False)
+    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)
+                                   or partitions < 1):
+        raise EpicError(f"--partitions {partitions}: give a whole number of at least 1")
+    if not (isinstance(trigger_interval, (int, float)) and trigger_interval >= 0
+            and trigger_interval == trigger_interval and trigger_interval != float("inf")):
+        raise EpicError(f"--trigger {trigger_interval}: give seconds between micro-batches, 0 "
+                        "or more")
+    if timeout is not None and not timeout > 0:
+        raise EpicError(f"--timeout {timeout}: give a number of seconds above 0")
     if archive and spark is not None:
         raise EpicError("archive= applies to a session the deploy starts; pass spark=None")
     check_epic_conf(conf)   # before anything is written
@@ -347,7 +433,10 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
     # by the checkpoint check (_check_driver_dir).
     lock = WorkdirLock(driver, wd).acquire()
     try:
-        _check_driver_dir(wd, driver, _read_json(f"{wd}/deploy.json"))
+        existing = _read_json(f"{wd}/deploy.json")
+        _check_driver_dir(wd, driver, existing)
+        if existing is not None:   # refused before the work directory or its status changes
+            _check_manifest(existing, wd, topology, fuse)
         sweep_checkpoint_temps(driver)
         if driver != wd:
             print(f"epic deploy: work directory {wd}; Spark checkpoints in {driver}",
@@ -559,8 +648,6 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
                    console, spark, batch_rows, partitions, trigger_interval, poll_interval,
                    timeout, conf=None, archive=None) -> DeployResult:
     """:func:`deploy` once the work directory is checked and locked."""
-    from pyspark import cloudpickle
-
     from epic.paths import is_remote
 
     remote = is_remote(wd)
@@ -576,10 +663,59 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
             pass
     # `epic status` during the start (the session, the plan, the queries' first batches can take
     # many seconds): the deploy is starting, not an unknown directory nor the last run's end
+    try:
+        before = _read_json(f"{wd}/{STATUS}")
+    except (OSError, ValueError):
+        before = None
+    started = _time.perf_counter()
     _write_json(f"{wd}/{STATUS}", {"topology": topology.name, "state": "starting",
                                    "pid": os.getpid(), "elapsed_s": 0.0,
                                    "updated": _time.time(), "error": None, "nodes": {},
                                    "late_rows": {}})
+    try:
+        return _start_and_run(topology, wd, driver, started, master=master, ui=ui, fuse=fuse,
+                              retention=retention, progress=progress, console=console,
+                              spark=spark, batch_rows=batch_rows, partitions=partitions,
+                              trigger_interval=trigger_interval, poll_interval=poll_interval,
+                              timeout=timeout, conf=conf, archive=archive, remote=remote,
+                              wloc=wloc if remote else None)
+    except _StartFailed as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        if isinstance(cause, Refused):
+            if before is not None:   # as it was (a first deploy's: none)
+                _write_json(f"{wd}/{STATUS}", before)
+            raise cause from None
+        error = str(cause) if isinstance(cause, EpicError) else _start_error(cause, master)
+        _write_json(f"{wd}/{STATUS}", {"topology": topology.name, "state": "failed",
+                                       "pid": os.getpid(),
+                                       "elapsed_s": round(_time.perf_counter() - started, 3),
+                                       "updated": _time.time(), "error": error, "nodes": {},
+                                       "late_rows": {}})
+        if isinstance(cause, EpicError):
+            raise cause from None
+        raise EpicError(error) from cause
+
+
+class _StartFailed(Exception):
+    """Raised (from the real error) by :func:`_start_and_run` before any query started."""
+
+
+def _start_error(exc: BaseException, master: str | None) -> str:
+    """One line for an error of Spark's while the session starts (a bad master URL, an
+    unreachable master): what failed and its first line, not a Java stack."""
+    text = str(exc).strip().splitlines()
+    first = next((ln.strip() for ln in text if ln.strip()), type(exc).__name__)
+    return (f"cannot start the Spark session (master {master or 'local'!r}): {first[:300]}; "
+            "check --master (local[N], spark://HOST:PORT of a running master) and that "
+            "its machines are reachable")
+
+
+def _prepare(topology: Topology, wd: str, driver: str, *, master, ui, fuse, retention, spark,
+             batch_rows, partitions, conf, archive, remote):
+    """The session (started, or ``spark``'s checked), ``deploy.json`` and the plan with its
+    topics: ``(spark, plan, partitions)``."""
+    from pyspark import cloudpickle
+
     # Crash points (tests) kill the driver's process group, whichever process reaches them.
     os.environ["EPIC_DRIVER_PGID"] = str(os.getpgrp())
     if spark is None:
@@ -640,6 +776,24 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
                       split_seconds=_split_seconds(spark.conf.get(SPLIT_SECONDS_CONF, None)))
     check_plan(wd, os.path.join(driver, "checkpoints"), [plan.unit_name(u) for u in plan.units])
     plan.create_topics()
+    return spark, plan, partitions
+
+
+def _start_and_run(topology: Topology, wd: str, driver: str, started: float, *, master, ui,
+                   fuse, retention, progress, console, spark, batch_rows, partitions,
+                   trigger_interval, poll_interval, timeout, conf, archive, remote,
+                   wloc) -> DeployResult:
+    """The session, the plan and the queries of :func:`_deploy_locked`; an error before the
+    queries start is raised as :class:`_StartFailed` from it."""
+    try:
+        spark, plan, partitions = _prepare(topology, wd, driver, master=master, ui=ui,
+                                           fuse=fuse, retention=retention, spark=spark,
+                                           batch_rows=batch_rows, partitions=partitions,
+                                           conf=conf, archive=archive, remote=remote)
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise _StartFailed() from exc
     launcher = Launcher(spark, plan, trigger_interval)
     stats = Stats(plan, launcher.queries)
     status_path = f"{wd}/{STATUS}"
@@ -654,7 +808,7 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
                     console=console or Console(stderr=True), refresh_per_second=4,
                     transient=False)
         live.start()
-    start = _time.perf_counter()
+    start = started   # the deploy's time: its session and plan included
     sinks = plan.sinks
     printed: dict[str, int] = {}
     state, error = "running", None

@@ -99,7 +99,16 @@ def request_stop(workdir: str) -> None:
     if not os.path.isdir(workdir):
         raise EpicError(f"{workdir}: no such work directory")
     if not os.path.exists(os.path.join(workdir, "deploy.json")):
-        raise EpicError(f"{workdir}: no deploy.json; is this the --workdir of an epic deploy?")
+        from epic.spark.lock import lock_holder
+
+        # a first deploy writes deploy.json once its session runs (seconds after it says
+        # starting): a deploy holding the directory's lock finds the request when it polls
+        if not (os.path.exists(os.path.join(workdir, STATUS)) and lock_holder(workdir)):
+            raise EpicError(f"{workdir}: no deploy.json; is this the --workdir of an epic "
+                            "deploy?")
+        with open(os.path.join(workdir, STOP), "w") as f:
+            f.write(str(_time.time()))
+        return
     try:
         state = read_status(workdir).get("state")
     except EpicError:
