@@ -70,10 +70,22 @@ def with_markers(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 @dataclass(frozen=True, eq=False)
+class UnknownSensors:
+    """The filter of ``--lenient``'s rows whose sensor id is in no metadata (they go to
+    ``<out>/unknown-sensors.csv`` instead of being lost)."""
+
+    marks: "MarkEvents"
+
+    def __call__(self, batch: pa.RecordBatch) -> np.ndarray:
+        return ~self.marks.known_rows(batch)
+
+
+@dataclass(frozen=True, eq=False)
 class MarkEvents:
     """:func:`with_markers`, after checking every sensor id against the metadata: a row of an
     id in no metadata would be ignored by every query, so it stops the run (naming the id, its
-    time and the input) unless ``strict`` is False (``--lenient``: such rows are left out).
+    time and the input) unless ``strict`` is False (``--lenient``: such rows are left out here;
+    :class:`UnknownSensors` sends them to their own file).
 
     ``known``: ``sid -> True`` for every sensor of the metadata (players, referee, balls)."""
 
@@ -93,18 +105,25 @@ class MarkEvents:
         known[np.asarray([s for s in sids if 0 <= s < _MAX_SID], np.int64)] = True
         return cls(known, source, strict)
 
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def known_rows(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The mask of ``batch``'s rows whose sensor id is in the metadata."""
         sid = column(batch, "sid")
         ok = (sid >= 0) & (sid < len(self.known))
         ok[ok] = self.known[sid[ok]]
+        return ok
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        ok = self.known_rows(batch)
         if not ok.all():
+            sid = column(batch, "sid")
             if self.strict:
                 j = int(np.argmin(ok))
                 ts = int(column(batch, "ts")[j])
                 raise InputError(
                     f"sensor id {int(sid[j])} (at ts {ts}) is in no metadata, so every query "
                     "would ignore its rows; correct the file, give the game's metadata "
-                    "(--metadata), or run with --lenient to leave such rows out",
+                    "(--metadata), or run with --lenient to put such rows in "
+                    "<out>/unknown-sensors.csv",
                     path=self.source, field="sid", value=int(sid[j]))
             batch = batch.filter(pa.array(ok))
         return with_markers(batch)

@@ -38,7 +38,8 @@ import pyarrow as pa
 
 import epic
 from debs2013 import constants as C
-from debs2013.common import GAME_SCHEMA, SENSOR, STOP, MarkEvents, Roster, marker_batch
+from debs2013.common import (GAME_SCHEMA, SENSOR, STOP, MarkEvents, Roster, UnknownSensors,
+                             marker_batch)
 from debs2013.config import Q1Config, Q2Config, Q3Config, Q4Config
 from debs2013.q1 import Q1A_SCHEMA, Q1B_SCHEMA, RunningOperator, RunningStats, q1b_rows
 from debs2013.q2 import (PLAYER_POSSESSION_SCHEMA, TEAM_POSSESSION_SCHEMA, BallHitter,
@@ -889,8 +890,13 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
     raw = t.source("event_reader", epic.csv_source(
         opts.input, SENSOR_SCHEMA, time="ts", unit="ps", mode=mode, dead_letter=dead,
         batch_rows=opts.batch_rows, replay_speed=opts.replay_speed))
-    events = t.map("mark_events", raw, MarkEvents.of(meta, str(opts.input), not opts.lenient),
-                   schema=GAME_SCHEMA)
+    marks = MarkEvents.of(meta, str(opts.input), not opts.lenient)
+    events = t.map("mark_events", raw, marks, schema=GAME_SCHEMA)
+    if opts.lenient:
+        # rows of sensor ids in no metadata: kept in a file of their own, not lost
+        unknown = t.filter("unknown_sensors", raw, UnknownSensors(marks))
+        t.sink("unknown_sensors_csv", unknown, epic.csv_sink(
+            os.path.join(opts.out, "unknown-sensors.csv")))
     span = data_span(opts.input) if opts.trim_markers else None
     interrupts = t.source("interrupt_reader", epic.iterator_source(
         functools.partial(marker_batches, referee, opts.clock, span), schema=GAME_SCHEMA,

@@ -274,7 +274,8 @@ def test_trimmed_markers_keep_an_interruption_on_at_the_first_row():
 
 def test_a_sensor_id_in_no_metadata_stops_a_strict_run(game, tmp_path):
     """A row of an unknown sensor id would be ignored by every query: strict stops naming the
-    id, its time and the input; --lenient leaves it out (docs/debs2013.md, options)."""
+    id, its time and the input; --lenient puts it in <out>/unknown-sensors.csv and the queries
+    do not see it (docs/debs2013.md, options)."""
     from epic.errors import InputError
 
     lines = game[0].read_bytes().splitlines(keepends=True)
@@ -290,6 +291,9 @@ def test_a_sensor_id_in_no_metadata_stops_a_strict_run(game, tmp_path):
     t = build_topology(DebsOptions(input=str(path), out=str(tmp_path / "b"), queries=("q4",),
                                    lenient=True))
     epic.run(t)
+    got = (tmp_path / "b" / "unknown-sensors.csv").read_text().splitlines()
+    assert got[1:] == [b",".join(fields).decode().strip()]
+    assert got[0].split(",")[:2] == ["sid", "ts"]
 
 
 def test_q1a_last_rows_do_not_depend_on_the_batch_cut(game, tmp_path):
