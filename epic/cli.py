@@ -47,6 +47,9 @@ def parse_params(pairs: List[str] | None, extra: List[str] | None) -> dict[str, 
     given: dict[str, str] = {}   # how each was written, for the message on a repeat
 
     def put(key: str, val: str, how: str) -> None:
+        if not key:
+            raise TopologyError(f"{how!r}: no parameter name; write name=value (--param) or "
+                                "--name value (after `--`)")
         if key in out:
             raise TopologyError(f"parameter {key!r} is given twice ({given[key]} and {how}); "
                                 "give it once")

@@ -226,6 +226,9 @@ def test_parse_params():
         {"a_b": "1", "referee_events": "dir", "delays": "true", "x": "2"}
     with pytest.raises(TopologyError, match="key=value"):
         parse_params(["oops"], [])
+    for pairs, extra in ((["=3"], []), ([], ["--=3"]), ([" =3"], [])):
+        with pytest.raises(TopologyError, match="no parameter name"):
+            parse_params(pairs, extra)
 
 
 def test_topics_commands(tmp_path):
