@@ -207,6 +207,13 @@ _FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _Checker = Callable[[str], "tuple[str, str] | None"]
 
 
+def _rounds_to(text: str, dtype) -> bool:
+    """Whether the decimal ``text`` rounds to a finite value of the numpy float ``dtype`` (a
+    value just above its largest rounds down to it; only beyond half an ulp is it inf)."""
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.array([float(text)]).astype(dtype))[0])
+
+
 def _int_bounds(type_: pa.DataType) -> tuple[int, int]:
     bits = type_.bit_width
     if pa.types.is_signed_integer(type_):
@@ -251,10 +258,18 @@ def _make_checker(fld: pa.Field, required: str | None = None) -> _Checker:
         return check_int
 
     if pa.types.is_floating(type_):
+        dtype = type_.to_pandas_dtype()
+        top = float(np.finfo(dtype).max)
+
         def check_float(text: str) -> tuple[str, str] | None:
             if text == "":
                 return missing(text)
-            if _FLOAT.fullmatch(text) or _pyarrow_converts(text, type_):
+            if _FLOAT.fullmatch(text):
+                # too large for the type: it would be read as inf (a written inf is a value)
+                if abs(float(text)) > top and not _rounds_to(text, dtype):
+                    return OUT_OF_RANGE, f"{text} is outside the {type_} range (+-{top:g})"
+                return None
+            if _pyarrow_converts(text, type_):
                 return None
             return INVALID_VALUE, f"{text!r} is not a valid {type_}"
 
@@ -331,6 +346,7 @@ class CsvBatchReader:
             raise SpecError(f"required={unknown}: not columns of the schema {self._names}")
         self._checkers = [_make_checker(f, required.get(f.name)) for f in schema]
         self._has_ints = any(pa.types.is_integer(f.type) for f in schema)
+        self._floats = [i for i, f in enumerate(schema) if pa.types.is_floating(f.type)]
         self._quote = None if quote_char is None else quote_char.encode()
         self._non_nullable = [i for i, f in enumerate(schema)
                               if not f.nullable or f.name in required]
@@ -621,6 +637,12 @@ class CsvBatchReader:
             return None
         for i in self._non_nullable:
             if table.column(i).null_count:
+                return None
+        # a number too large for its float type is read as inf: the careful pass tells it from
+        # a written inf
+        for i in () if checked else self._floats:
+            col = table.column(i)
+            if col.null_count < len(col) and pc.any(pc.is_inf(col)).as_py():
                 return None
         return table
 

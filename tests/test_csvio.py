@@ -534,3 +534,25 @@ def test_hexadecimal_looking_strings_are_read_as_they_are(tmp_path):
     reader = read_csv_batches(path, schema, block_size=4096)
     assert _rows(reader) == [(i, "0x%x" % i if i % 3 else "plain") for i in range(5000)]
     assert (reader.stats.rows, reader.stats.bad_total) == (5000, 0)
+
+
+@pytest.mark.parametrize(("typ", "text", "ok"), [
+    (pa.float64(), "1e400", False), (pa.float64(), "-1.8e308", False),
+    (pa.float64(), "1.7976931348623157e308", True), (pa.float64(), "inf", True),
+    (pa.float64(), "-Infinity", True), (pa.float32(), "1e39", False),
+    (pa.float32(), "3.4028235e38", True), (pa.float32(), "inf", True)])
+def test_a_float_too_large_for_its_type_is_out_of_range(tmp_path, typ, text, ok):
+    """pyarrow reads a number beyond its float type as inf: that is a bad line (out_of_range),
+    while a written inf, and a value that rounds to the largest float, are values."""
+    schema = pa.schema([pa.field("ts", pa.int64(), nullable=False), pa.field("x", typ)])
+    path = _write(tmp_path, "1,2.5\n" + f"2,{text}\n" + "3,4.5\n")
+    if ok:
+        rows = _rows(read_csv_batches(path, schema))
+        assert [r[0] for r in rows] == [1, 2, 3] and rows[1][1] == pytest.approx(float(text))
+        return
+    with pytest.raises(InputError, match=rf"line 2, field 'x': out_of_range: {text} is outside"):
+        _rows(read_csv_batches(path, schema))
+    dead = tmp_path / "dead.csv"
+    reader = read_csv_batches(path, schema, mode="lenient", dead_letter=dead)
+    assert [r[0] for r in _rows(reader)] == [1, 3]
+    assert [(r["line"], r["reason"]) for r in _dead_letter(dead)] == [("2", csvio.OUT_OF_RANGE)]
