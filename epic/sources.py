@@ -390,6 +390,12 @@ class ParquetSource(Source):
                     # a damaged page or footer, a value that does not fit the declared type
                     raise InputError(f"cannot read on after {count[0]} rows: {exc}",
                                      path=self.path) from None
+                t = out.column(self.time)
+                if t.null_count:
+                    j = t.is_null().to_numpy(zero_copy_only=False).argmax()
+                    raise InputError(f"parquet_source: row {count[0] + int(j)} has no event time "
+                                     f"{self.time!r} (null)", path=self.path, field=self.time,
+                                     value=None)
                 count[0] += out.num_rows
                 yield out
         return self._paced(SourceReader(batches(), lambda: {"rows": count[0]}))

@@ -391,3 +391,17 @@ def test_a_parquet_file_without_a_named_column_is_named(tmp_path):
     with pytest.raises(InputError, match=r"the file has no column 'w'") as info:
         epic.run(t)
     assert info.value.path == str(p)
+
+
+def test_a_parquet_row_without_event_time_names_the_file_and_row(tmp_path):
+    import pyarrow.parquet as pq
+
+    from epic.errors import InputError
+
+    p = tmp_path / "nullts.parquet"
+    pq.write_table(pa.table({"ts": pa.array([1, None, 3], pa.int64()), "v": [1.0, 2.0, 3.0]}), p)
+    t = epic.Topology("pq")
+    t.sink("o", t.source("s", epic.parquet_source(p, time="ts", unit="ms")), epic.collect_sink())
+    with pytest.raises(InputError, match=r"row 1 has no event time 'ts'") as info:
+        epic.run(t)
+    assert info.value.path == str(p)
