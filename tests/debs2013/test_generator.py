@@ -20,8 +20,12 @@ BODY = SHOES | HANDS
 @pytest.fixture(scope="module")
 def game(tmp_path_factory):
     """A 1-minute-per-half game, read back as numpy columns, with its ground truth."""
-    out = tmp_path_factory.mktemp("game") / "game.csv"
-    res = gen.generate_game(out, minutes=1, seed=3)
+    return _generated(tmp_path_factory.mktemp("game") / "game.csv", minutes=1, seed=3)
+
+
+def _generated(out, **kwargs):
+    """``generate_game(out, **kwargs)``'s result, its rows as numpy columns, its truth."""
+    res = gen.generate_game(out, **kwargs)
     table = pacsv.read_csv(out, read_options=pacsv.ReadOptions(column_names=COLS),
                            convert_options=pacsv.ConvertOptions(
                                column_types={c: pa.int64() for c in COLS}))
@@ -256,13 +260,7 @@ def test_every_hit_of_the_rule_is_in_the_truth(game):
 def test_a_contested_touch_gives_both_players_a_hit(tmp_path):
     """Seed 7, 1 minute per half: during a kick an opponent's shoe becomes the closest within
     1 m while |a| is still >= 55 m/s^2; the truth lists that hit too (about 15 s)."""
-    out = tmp_path / "game.csv"
-    res = gen.generate_game(out, minutes=1, seed=7)
-    table = pacsv.read_csv(out, read_options=pacsv.ReadOptions(column_names=COLS),
-                           convert_options=pacsv.ConvertOptions(
-                               column_types={c: pa.int64() for c in COLS}))
-    cols = {c: table.column(c).to_numpy() for c in COLS}
-    truth = json.loads(res.truth_path.read_text())
+    _, cols, truth = _generated(tmp_path / "game.csv", minutes=1, seed=7)
     contested = [x for h in truth["halves"] for x in h["hits"] if x["kind"] == "contested"]
     assert contested and all(x["player"] != x["planned_player"] for x in contested)
     assert _uncovered_hits(cols, truth) == []
