@@ -199,7 +199,7 @@ def _pyarrow_converts(text: str, type_: pa.DataType) -> bool:
 
 _SIGNED = re.compile(r"-?[0-9]+")
 #: a field pyarrow would read as a hexadecimal integer
-_HEX = re.compile(rb"(?:^|[^0-9A-Za-z_.])[-+]?0[xX][0-9A-Fa-f]")
+_HEX = re.compile(rb"0[xX][0-9A-Fa-f]")
 _UNSIGNED = re.compile(r"[0-9]+")
 _FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
@@ -619,7 +619,8 @@ class CsvBatchReader:
             return None
         # pyarrow reads 0x.. in integer columns as hexadecimal (and wraps 0xff into int8 as -1):
         # a block with an x in it is looked at first (one fast scan each, ~0.1 s per GB)
-        if not checked and self._has_ints and (b"x" in data or b"X" in data) and _HEX.search(data):
+        if not checked and self._has_ints and (b"x" in data or b"X" in data) \
+                and _HEX.search(data) and self._hex_in_ints(data):
             return None
         # the last line of the file (no newline after it) cut off inside a quoted field: pyarrow
         # closes the quote at the end of the data and reads a row
@@ -645,6 +646,20 @@ class CsvBatchReader:
             if col.null_count < len(col) and pc.any(pc.is_inf(col)).as_py():
                 return None
         return table
+
+    def _hex_in_ints(self, data: bytes) -> bool:
+        """Whether an integer column of ``data`` may hold an x (the block has 0x somewhere: in
+        a string column it is a value like any other); read as text once more to tell."""
+        ints = [f.name for f in self._schema if pa.types.is_integer(f.type)]
+        opts = pacsv.ConvertOptions(column_types={n: pa.string() for n in ints},
+                                    strings_can_be_null=False, include_columns=ints)
+        try:
+            table = pacsv.read_csv(pa.BufferReader(data), read_options=self._read_options,
+                                   parse_options=self._parse_options, convert_options=opts)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return True
+        return any(pc.any(pc.match_substring_regex(table.column(n), "[xX]")).as_py()
+                   for n in ints)
 
     def _split_block(self, block: _Block) -> list[_Block]:
         data = block.data

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from epic.atomic import atomic_json
 from epic.errors import EpicError
+from epic.spark.digest import node_settings
 from epic.spark.launcher import Launcher
 from epic.spark.planner import (BACKGROUND_NICE_CONF, BRANCH_TASKS_CONF, SOURCE_FIRST_CONF,
                                 SPLIT_SECONDS_CONF, DeployPlan, plan_modes)
@@ -197,59 +198,6 @@ def _check_driver_dir(wd: str, driver: str, existing: dict | None) -> None:
             "skip committed batches. Rerun on that machine"
             + (f" with --checkpoint-dir {where}" if where else "")
             + ", or deploy into a fresh --workdir")
-
-
-def _plain(v, depth: int = 0):
-    """A deterministic JSON-able picture of a node's setting ``v``: numbers, text, paths,
-    schemas, dataclasses (their fields) and containers of them; a function or another object by
-    its type and name only (its code and memory address are not compared)."""
-    import dataclasses
-    import enum
-    from datetime import timedelta
-    from decimal import Decimal
-    from fractions import Fraction
-
-    if depth > 6:
-        return type(v).__qualname__
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, (Fraction, Decimal, timedelta, enum.Enum)):
-        return repr(v)
-    if isinstance(v, os.PathLike):
-        return os.fspath(v)
-    if isinstance(v, (pa.Schema, pa.DataType, pa.Field)):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        if len(v) > 64:   # an iterator source's items: their number and first ones
-            return {"len": len(v), "head": [_plain(x, depth + 1) for x in v[:8]]}
-        return [_plain(x, depth + 1) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _plain(x, depth + 1) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(v, (set, frozenset)):
-        return sorted((_plain(x, depth + 1) for x in v), key=repr)
-    if callable(v) and not dataclasses.is_dataclass(v):
-        return getattr(v, "__qualname__", type(v).__qualname__)
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {"_": type(v).__qualname__,
-                **{f.name: _plain(getattr(v, f.name, None), depth + 1)
-                   for f in dataclasses.fields(v) if f.name not in ("outputs", "owner")}}
-    return type(v).__qualname__
-
-
-def node_settings(topology: Topology) -> dict[str, str]:
-    """Per node, a digest of its settings (:func:`_plain` of the node, its inputs and output
-    schemas): a rerun of a work directory with other settings (a topology parameter, an output
-    path) is refused instead of resuming the old deploy's checkpoints with them."""
-    import hashlib
-
-    out = {}
-    for n in topology.topological_order():
-        pic = {"node": _plain(n), "inputs": [f"{s.node}:{s.port}" for s in n.inputs],
-               "outputs": [str(s.schema) for s in n.outputs]}
-        out[n.name] = hashlib.sha1(json.dumps(pic, sort_keys=True).encode()).hexdigest()[:16]
-    return out
 
 
 def _check_manifest(m: dict, wd: str, topology: Topology, fuse: bool) -> None:
