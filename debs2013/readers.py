@@ -329,7 +329,7 @@ def read_metadata(path: str | os.PathLike[str] | None = None) -> GameMetadata:
             if half in balls:
                 raise InputError(f"the balls of half {half} are listed twice", path=str(path),
                                  line=number)
-            parts = [x.strip() for x in m.group(2).split(",")]
+            parts = [x for x in re.split(r"[,\s]+", m.group(2)) if x]   # commas or spaces
             bad = [x for x in parts if not (x.isascii() and x.isdigit())]
             if bad or not parts:
                 raise InputError(f"ball sensor id {bad[0] if bad else ''!r} is not a whole "

@@ -37,6 +37,7 @@ def as_schema(schema: Any, *, what: str = "schema") -> pa.Schema:
     ['ts', 'v']
     """
     if isinstance(schema, pa.Schema):
+        _once(schema.names, what)
         return schema
     if isinstance(schema, Mapping):
         items = list(schema.items())
@@ -57,12 +58,15 @@ def as_schema(schema: Any, *, what: str = "schema") -> pa.Schema:
                                 f"of {', '.join(_TYPE_NAMES)} or a pyarrow type")
             typ = _TYPE_NAMES[typ]
         fields.append(pa.field(name, typ))
-    names = [f.name for f in fields]
+    _once([f.name for f in fields], what)
+    return pa.schema(fields)
+
+
+def _once(names: list[str], what: str) -> None:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise SpecError(f"{what}: column {', '.join(map(repr, twice))} given more than once; "
                         "give each column once")
-    return pa.schema(fields)
 
 
 def with_entry(schema: pa.Schema, entry: bool) -> pa.Schema:

@@ -19,6 +19,7 @@ Sources are frozen configs; :meth:`Source.open` starts a fresh read and returns 
 
 from __future__ import annotations
 
+import operator
 import os
 import time as _time
 from dataclasses import dataclass
@@ -128,14 +129,23 @@ def _check_common(src: Source, what: str):
         raise SpecError(f"{what}: unknown time unit {src.unit!r}; use one of {', '.join(UNITS)}")
     if not isinstance(src.time, str) or not src.time:
         raise SpecError(f"{what}: time must name the event-time column")
-    if src.lateness_ticks() < 0:
+    try:
+        lateness = src.lateness_ticks()
+        slack = src.slack_ticks()
+    except SpecError as exc:
+        raise SpecError(f"{what}: {exc}") from None
+    if lateness < 0:
         raise SpecError(f"{what}: lateness={src.lateness!r} must be >= 0 (the watermark trails "
                         "the largest time by it; a negative one would make rows in order late)")
     batch_rows = getattr(src, "batch_rows", 1)
-    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+    try:
+        whole = operator.index(batch_rows) if not isinstance(batch_rows, bool) else None
+    except TypeError:
+        whole = None
+    if whole is None or whole < 1:
         raise SpecError(f"{what}: batch_rows={batch_rows!r} must be a whole number >= 1 (rows "
                         "per batch)")
-    slack = src.slack_ticks()
+    object.__setattr__(src, "batch_rows", whole)
     if slack is not None and slack < 0:
         raise SpecError(f"{what}: slack must be >= 0")
     if slack is not None and src.lateness_ticks():
@@ -361,7 +371,9 @@ class ParquetSource(Source):
             except (OSError, pa.ArrowInvalid):
                 found = None   # damaged: reading it says so, naming the file
             if found is not None:
-                _check_has(self.path, found, as_schema(self.schema).names, "schema=", SpecError)
+                _check_has(self.path, found,
+                           as_schema(self.schema, what="parquet_source: schema").names,
+                           "schema=", SpecError)
         _check_common(self, "parquet_source")
 
     def open(self) -> SourceReader:

@@ -55,8 +55,8 @@ def to_ticks(value: Real | timedelta | Decimal, unit: str, *, what: str = "durat
         raise SpecError(f"{what} must be a number of seconds or a timedelta, not a bool")
     elif isinstance(value, (float, Decimal)) and not math.isfinite(value):
         raise SpecError(f"{what} must be a finite number of seconds, got {value!r}")
-    elif isinstance(value, float):
-        exact = Fraction(Decimal(repr(value)))
+    elif isinstance(value, float):   # numpy's float64 too (its repr is np.float64(...))
+        exact = Fraction(Decimal(repr(float(value))))
     elif isinstance(value, (int, Fraction, Decimal)):
         exact = Fraction(value)
     elif isinstance(value, Real):

@@ -265,11 +265,33 @@ def test_a_refused_rerun_leaves_the_work_directory_as_it_was(tmp_path, rerun, wo
     assert sorted(os.listdir(wd)) == before
 
 
-def test_the_same_parameters_give_the_same_settings(tmp_path):
-    from epic.spark.runtime import node_settings
+SETTINGS = """
+import json, sys
+from epic.cli import load_topology
+from epic.spark.digest import node_settings
+print(json.dumps({f: node_settings(load_topology(f, params={"out": sys.argv[1]}))
+                  for f in sys.argv[2:]}))
+"""
 
+
+def test_the_same_parameters_give_the_same_settings_in_any_process(tmp_path):
+    """The digest of each node's settings is the same in processes with other hash seeds (no
+    memory addresses, no set order), and another parameter changes some nodes' digests."""
+    from epic.spark.digest import node_settings
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = [os.path.join(root, "topologies", f) for f in ("sensor_averages.py", "monitoring.py",
+                                                           "debs2013.py")]
+    runs = []
+    for seed in ("1", "4242"):
+        r = subprocess.run([sys.executable, "-c", SETTINGS, str(tmp_path / "out"), *files],
+                           capture_output=True, text=True, timeout=300, cwd=root,
+                           env={**os.environ, "PYTHONHASHSEED": seed})
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout))
+    assert runs[0] == runs[1]
     a = node_settings(_sensor_topology(tmp_path))
-    assert a == node_settings(_sensor_topology(tmp_path))
+    assert a == runs[0][files[0]]
     b = node_settings(_sensor_topology(tmp_path, out=str(tmp_path / "elsewhere")))
     assert {n for n in a if a[n] != b[n]} and {n for n in a if a[n] == b[n]}
 
@@ -304,3 +326,71 @@ def test_a_session_that_cannot_start_is_one_error_line_and_a_failed_status(tmp_p
     assert "Traceback" not in r.stderr and "╭" not in r.stderr, r.stderr[-2000:]
     doc = read_status(str(wd))
     assert doc["state"] == "failed" and "cannot start the Spark session" in doc["error"]
+
+
+HOLD_ELSEWHERE = """
+import json, os, sys, time
+from epic.spark.lock import WorkdirLock
+wd, ck = sys.argv[1], sys.argv[2]
+lock = WorkdirLock(ck, wd).acquire()
+with open(os.path.join(wd, "status.json"), "w") as f:
+    json.dump({"topology": "t", "state": "starting", "pid": os.getpid(), "elapsed_s": 0.0,
+               "nodes": {}, "lock_dir": ck}, f)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_stop_reaches_a_starting_deploy_whose_lock_is_in_its_checkpoint_dir(tmp_path):
+    wd, ck = tmp_path / "wd", tmp_path / "ck"
+    wd.mkdir()
+    ck.mkdir()
+    p = subprocess.Popen([sys.executable, "-c", HOLD_ELSEWHERE, str(wd), str(ck)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        r = CliRunner().invoke(app, ["stop", str(wd)])
+        assert r.exit_code == 0, r.output
+        assert (wd / "STOP").exists()
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+
+
+@pytest.mark.parametrize(("exc", "state"), [
+    ("refused", None), ("refused_rerun", "finished"), ("oserror", "failed"), ("bug", "failed")])
+def test_an_error_before_the_queries_start_leaves_a_true_status(tmp_path, monkeypatch, exc,
+                                                                 state):
+    """Before any query starts: a refusal leaves the status as it was (none for a first
+    deploy), any other error says failed with the error; the error itself is raised as it is."""
+    import epic.spark.runtime as rt
+
+    errors = {"refused": rt.Refused("holds checkpoints of 1 query"),
+              "refused_rerun": rt.Refused("holds checkpoints of 1 query"),
+              "oserror": OSError(28, "No space left on device"),
+              "bug": TypeError("unexpected keyword")}
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    if exc == "refused_rerun":
+        (wd / "status.json").write_text(json.dumps({"topology": "sensor_averages",
+                                                    "state": "finished", "nodes": {}}))
+
+    def fail(*args, **kwargs):
+        assert json.loads((wd / "status.json").read_text())["state"] == "starting"
+        raise errors[exc]
+
+    monkeypatch.setattr(rt, "_prepare", fail)
+    t = _sensor_topology(tmp_path)
+    with pytest.raises(type(errors[exc])) as info:
+        rt._deploy_locked(t, str(wd), str(wd), master=None, ui=False, fuse=False,
+                          retention=True, progress=False, console=None, spark=None,
+                          batch_rows=None, partitions=None, trigger_interval=0.1,
+                          poll_interval=0.1, timeout=None)
+    assert info.value is errors[exc]
+    if state is None:
+        assert not (wd / "status.json").exists()
+        return
+    doc = json.loads((wd / "status.json").read_text())
+    assert doc["state"] == state
+    if state == "failed":
+        assert str(errors[exc]) in doc["error"]

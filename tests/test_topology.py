@@ -242,6 +242,14 @@ def test_a_source_refuses_what_it_cannot_read_when_built(make, message):
         make()
 
 
+def test_numpy_numbers_are_taken_as_durations_and_batch_sizes():
+    import numpy as np
+
+    s = epic.iterator_source([], schema=SCHEMA, time="ts", unit="ms", lateness=np.float64(1.5),
+                             batch_rows=np.int64(1000))
+    assert (s.lateness_ticks(), s.batch_rows) == (1500, 1000)
+
+
 @pytest.mark.parametrize("length", [float("nan"), float("inf")])
 def test_a_window_length_that_is_no_number_is_a_spec_error(length):
     t = Topology("t")

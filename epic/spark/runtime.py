@@ -10,6 +10,7 @@ keeping ``status.json`` up to date (:mod:`epic.spark.status`). See ``docs/deploy
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 import sys
@@ -263,8 +264,7 @@ def _manifest(wd: str, topology: Topology, partitions: int, fuse: bool = False,
 
 
 class Refused(EpicError):
-    """A deploy refused before any query started: the work directory and its status are left
-    as they were."""
+    """A deploy refused before any query started: its status is left as it was."""
 
 
 def check_plan(wd: str, checkpoints: str, queries: list[str]) -> None:
@@ -281,7 +281,7 @@ def check_plan(wd: str, checkpoints: str, queries: list[str]) -> None:
         >>> check_plan("wd", d, ["a", "b+c"])
         Traceback (most recent call last):
         ...
-        epic.errors.EpicError: wd holds checkpoints of 1 query this deploy does not have ('a+b'): it was deployed with another topology or by an epic that plans queries otherwise; deploy into a fresh --workdir, or finish it with the topology and epic version that started it
+        epic.spark.runtime.Refused: wd holds checkpoints of 1 query this deploy does not have ('a+b'): it was deployed with another topology or by an epic that plans queries otherwise; deploy into a fresh --workdir, or finish it with the topology and epic version that started it
     """
     try:
         have = sorted(e for e in os.listdir(checkpoints)
@@ -359,9 +359,14 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
             (:class:`~epic.errors.NodeFailure` text: node, function, micro-batch).
     """
     topology.validate(warn=False)
-    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)
-                                   or partitions < 1):
-        raise EpicError(f"--partitions {partitions}: give a whole number of at least 1")
+    if partitions is not None:
+        try:
+            whole = None if isinstance(partitions, bool) else operator.index(partitions)
+        except TypeError:
+            whole = None
+        if whole is None or whole < 1:
+            raise EpicError(f"--partitions {partitions}: give a whole number of at least 1")
+        partitions = whole
     if not (isinstance(trigger_interval, (int, float)) and trigger_interval >= 0
             and trigger_interval == trigger_interval and trigger_interval != float("inf")):
         raise EpicError(f"--trigger {trigger_interval}: give seconds between micro-batches, 0 "
@@ -619,7 +624,7 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
     _write_json(f"{wd}/{STATUS}", {"topology": topology.name, "state": "starting",
                                    "pid": os.getpid(), "elapsed_s": 0.0,
                                    "updated": _time.time(), "error": None, "nodes": {},
-                                   "late_rows": {}})
+                                   "late_rows": {}, "lock_dir": driver})
     try:
         return _start_and_run(topology, wd, driver, started, master=master, ui=ui, fuse=fuse,
                               retention=retention, progress=progress, console=console,
@@ -630,18 +635,32 @@ def _deploy_locked(topology: Topology, wd: str, driver: str, *, master, ui, fuse
     except _StartFailed as exc:
         cause = exc.__cause__ if exc.__cause__ is not None else exc
         if isinstance(cause, Refused):
-            if before is not None:   # as it was (a first deploy's: none)
+            if before is not None:   # as it was
                 _write_json(f"{wd}/{STATUS}", before)
+            else:   # a first deploy's: none
+                _remove_status(wd)
             raise cause from None
-        error = str(cause) if isinstance(cause, EpicError) else _start_error(cause, master)
+        error = str(cause) if isinstance(cause, EpicError) else f"{type(cause).__name__}: {cause}"
         _write_json(f"{wd}/{STATUS}", {"topology": topology.name, "state": "failed",
                                        "pid": os.getpid(),
                                        "elapsed_s": round(_time.perf_counter() - started, 3),
                                        "updated": _time.time(), "error": error, "nodes": {},
                                        "late_rows": {}})
-        if isinstance(cause, EpicError):
-            raise cause from None
-        raise EpicError(error) from cause
+        raise cause from None
+
+
+def _remove_status(wd: str) -> None:
+    from epic.paths import is_remote
+
+    if is_remote(wd):
+        from epic.storage import resolve
+
+        resolve(f"{wd}/{STATUS}").delete()
+        return
+    try:
+        os.remove(os.path.join(wd, STATUS))
+    except FileNotFoundError:
+        pass
 
 
 class _StartFailed(Exception):
@@ -653,7 +672,7 @@ def _start_error(exc: BaseException, master: str | None) -> str:
     unreachable master): what failed and its first line, not a Java stack."""
     text = str(exc).strip().splitlines()
     first = next((ln.strip() for ln in text if ln.strip()), type(exc).__name__)
-    return (f"cannot start the Spark session (master {master or 'local'!r}): {first[:300]}; "
+    return (f"cannot start the Spark session (master {master or 'local[*]'!r}): {first[:300]}; "
             "check --master (local[N], spark://HOST:PORT of a running master) and that "
             "its machines are reachable")
 
@@ -674,9 +693,14 @@ def _prepare(topology: Topology, wd: str, driver: str, *, master, ui, fuse, rete
         jconf = cds_options(master, local_jit(master, _spark_scratch(driver, master, conf)),
                             _jvm_running())
         with span("session", topology.name, "driver"):
-            spark = build_session(master, ui=ui, slots=local_slots(topology, bool(_flag(
-                (conf or {}).get(SOURCE_FIRST_CONF), SOURCE_FIRST_CONF))), conf=shipping(
-                topology, driver, master=master, archive=archive, conf=jconf))
+            try:
+                spark = build_session(master, ui=ui, slots=local_slots(topology, bool(_flag(
+                    (conf or {}).get(SOURCE_FIRST_CONF), SOURCE_FIRST_CONF))), conf=shipping(
+                    topology, driver, master=master, archive=archive, conf=jconf))
+            except EpicError:
+                raise
+            except Exception as exc:   # Spark's (a bad master URL, a master that does not answer)
+                raise EpicError(_start_error(exc, master)) from exc
     elif conf:
         for k, v in conf.items():  # a shared session: only what can change at runtime
             if not spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:

@@ -102,8 +102,14 @@ def request_stop(workdir: str) -> None:
         from epic.spark.lock import lock_holder
 
         # a first deploy writes deploy.json once its session runs (seconds after it says
-        # starting): a deploy holding the directory's lock finds the request when it polls
-        if not (os.path.exists(os.path.join(workdir, STATUS)) and lock_holder(workdir)):
+        # starting): a deploy holding the directory's lock (there, or in its --checkpoint-dir)
+        # finds the request when it polls
+        try:
+            with open(os.path.join(workdir, STATUS)) as f:
+                lock_dir = json.load(f).get("lock_dir") or workdir
+        except (OSError, ValueError, AttributeError):
+            lock_dir = None
+        if lock_dir is None or lock_holder(lock_dir) is None:
             raise EpicError(f"{workdir}: no deploy.json; is this the --workdir of an epic "
                             "deploy?")
         with open(os.path.join(workdir, STOP), "w") as f:

@@ -283,7 +283,7 @@ def test_metadata_refuses_a_sensor_or_a_person_given_twice(tmp_path, old, new, w
 
 @pytest.mark.parametrize(("old", "new", "line", "words"), [
     ("4, 8, 10\n", "4, 8, ten\n", 2, "ball sensor id 'ten' is not a whole number"),
-    ("4, 8, 10\n", "4, 8,\n", 2, "ball sensor id '' is not a whole number"),
+    ("- 1st Half: 4, 8, 10\n", "- 1st Half:\n", 2, "ball sensor id '' is not a whole number"),
     ("4, 8, 10\n", "4, 8, 13\n", "Left Leg: 13,", "sensor 13 of .* is also a ball's \\(line 2\\)"),
     ("- 2nd Half:", "- 3rd Half:", 3, "half 3: a game has a 1st and a 2nd half"),
     ("- 2nd Half:", "- 1st Half:", 3, "the balls of half 1 are listed twice"),
@@ -301,6 +301,14 @@ def test_metadata_refuses_bad_balls_and_ids(tmp_path, old, new, line, words):
     if isinstance(line, str):   # the line of the person holding this text
         line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if line in ln)
     assert info.value.line == line
+
+
+@pytest.mark.parametrize("balls", ["4 8 10", "4, 8, 10,", "4,8,10"])
+def test_metadata_ball_lists_take_commas_or_spaces(tmp_path, balls):
+    text = (shared_dir() / "metadata.txt").read_text(encoding="utf-8-sig")
+    path = tmp_path / "metadata.txt"
+    path.write_text(text.replace("- 1st Half: 4, 8, 10", f"- 1st Half: {balls}", 1))
+    assert sorted(read_metadata(path).balls[1]) == [4, 8, 10]
 
 
 def test_metadata_in_cp1252_reads_its_names(tmp_path):
