@@ -39,8 +39,9 @@ def _deploy_dir(tmp_path, **manifest):
     return wd
 
 
-def _holder(wd):
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(wd)], stdout=subprocess.PIPE, text=True)
+def _holder(wd, script=HOLD, *args):
+    p = subprocess.Popen([sys.executable, "-c", script, str(wd), *map(str, args)],
+                         stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
     return p
 
@@ -213,14 +214,7 @@ def test_stop_reaches_a_first_deploy_that_is_still_starting(tmp_path):
     starting: `epic stop` meanwhile writes the request it will find (it holds the lock)."""
     wd = tmp_path / "wd"
     wd.mkdir()
-    p = _holder(wd)   # holds the lock, status.json says running; no deploy.json yet
-    try:
-        r = CliRunner().invoke(app, ["stop", str(wd)])
-        assert r.exit_code == 0, r.output
-        assert (wd / "STOP").exists()
-    finally:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+    _stop_reaches(_holder(wd), wd)   # holds the lock, status says running; no deploy.json
     (wd / "STOP").unlink()
     r = CliRunner().invoke(app, ["stop", str(wd)])   # nobody holds it now: not a deploy's
     assert r.exit_code == 1 and "no deploy.json" in r.output
@@ -345,10 +339,12 @@ def test_stop_reaches_a_starting_deploy_whose_lock_is_in_its_checkpoint_dir(tmp_
     wd, ck = tmp_path / "wd", tmp_path / "ck"
     wd.mkdir()
     ck.mkdir()
-    p = subprocess.Popen([sys.executable, "-c", HOLD_ELSEWHERE, str(wd), str(ck)],
-                         stdout=subprocess.PIPE, text=True)
+    _stop_reaches(_holder(wd, HOLD_ELSEWHERE, ck), wd)
+
+
+def _stop_reaches(p, wd):
+    """`epic stop wd` writes its request while ``p`` holds the lock; then ``p`` is killed."""
     try:
-        assert p.stdout.readline().strip() == "held"
         r = CliRunner().invoke(app, ["stop", str(wd)])
         assert r.exit_code == 0, r.output
         assert (wd / "STOP").exists()
