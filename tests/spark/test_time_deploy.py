@@ -169,7 +169,8 @@ def _downstream(rows: list[dict], batch_rows: int) -> epic.Topology:
 
 @pytest.mark.parametrize("partitions,fuse", [
     pytest.param(2, False, marks=pytest.mark.slow),   # ~27 s: 18 micro-batches of 7 queries
-    (2, True), pytest.param(3, True, marks=pytest.mark.slow)])
+    pytest.param(2, True, marks=pytest.mark.slow),    # ~14 s (session 36: the default tier at
+    pytest.param(3, True, marks=pytest.mark.slow)])   # 585-614 s of its 600)
 def test_consumers_of_keyed_windows_see_run_order(spark, tmp_path, partitions, fuse):
     """Over several partitions each task writes its keys' window rows; the next query reads
     them merged into epic run's order (by time, then the key's first on-time row), so the
