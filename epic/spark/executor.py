@@ -9,7 +9,8 @@ import sys
 import threading
 
 __all__ = ["freeze_gc_once", "prepare_worker", "release_memory", "tune_malloc", "use_system_pool",
-           "WORKER_KEEPS", "task_ids", "key_partition_of_task", "cpu_slot"]
+           "WORKER_KEEPS", "task_ids", "key_partition_of_task", "cpu_slot",
+           "cpu_slot_dir", "remove_cpu_slots"]
 
 _task = threading.local()   # .part: the key partition a direct query's task runs (see below)
 
@@ -54,12 +55,9 @@ def cpu_slot(key: str, slots: int, poll: float = 0.01):
         yield
         return
     import fcntl
-    import hashlib
-    import tempfile
     import time
 
-    d = os.path.join(tempfile.gettempdir(), "epic-cpu-slots-" + hashlib.sha1(
-        f"{os.getuid()}:{key}".encode()).hexdigest()[:16])
+    d = cpu_slot_dir(key)
     os.makedirs(d, exist_ok=True)
     fds = []
     try:
@@ -81,6 +79,24 @@ def cpu_slot(key: str, slots: int, poll: float = 0.01):
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def cpu_slot_dir(key: str) -> str:
+    """The directory of :func:`cpu_slot`'s lock files for deploy ``key`` (in the temp
+    directory; :func:`remove_cpu_slots` removes it when the deploy ends)."""
+    import hashlib
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), "epic-cpu-slots-" + hashlib.sha1(
+        f"{os.getuid()}:{key}".encode()).hexdigest()[:16])
+
+
+def remove_cpu_slots(key: str) -> None:
+    """Remove the lock files of deploy ``key``'s CPU slots once its queries have stopped (a
+    task that still waits for a slot makes them again)."""
+    import shutil
+
+    shutil.rmtree(cpu_slot_dir(key), ignore_errors=True)
 
 
 def task_ids() -> tuple[int, int]:

@@ -840,6 +840,10 @@ def _start_and_run(topology: Topology, wd: str, driver: str, started: float, *, 
             doc = {"topology": topology.name, "state": "failed", "error": error, "nodes": {}}
         with span("stop", topology.name, "driver"):
             launcher.stop(drain=10.0 if state == "finished" else 0.0)
+        if plan.cpu_slots:
+            from epic.spark.executor import remove_cpu_slots
+
+            remove_cpu_slots(plan.workdir)
         if state == "finished":
             # Spooled source batches are only read by their own micro-batch (a replay spools
             # them again); the last one's files are left when the deploy ends right after it.

@@ -167,7 +167,7 @@ def test_cpu_slot_lets_that_many_in_at_once(tmp_path):
     import threading
     import time
 
-    from epic.spark.executor import cpu_slot
+    from epic.spark.executor import cpu_slot, cpu_slot_dir, remove_cpu_slots
 
     key = str(tmp_path)
     inside, most, lock = [0], [0], threading.Lock()
@@ -197,6 +197,12 @@ def test_cpu_slot_lets_that_many_in_at_once(tmp_path):
     for t in threads:
         t.join()
     assert most[0] == 6
+    assert os.path.isdir(cpu_slot_dir(key))
+    remove_cpu_slots(key)
+    assert not os.path.exists(cpu_slot_dir(key))
+    with cpu_slot(key, 1):   # made again by the next holder
+        assert os.path.isdir(cpu_slot_dir(key))
+    remove_cpu_slots(key)
 
 
 def test_a_niced_task_runs_on_its_own_thread_and_leaves_the_worker_as_it_was():
@@ -630,6 +636,9 @@ def test_sibling_windows_in_branch_tasks_equal_run_also_after_kills(tmp_path, mo
         assert sorted(costs["branches"]) == ["0", "1", "2", "3"], costs
     for n in names:
         assert lines(tmp_path / "out", n) == want[n], n
+    if mode == "sourceFirst":   # the niced tasks' CPU slots (lock files) are gone with the deploy
+        from epic.spark.executor import cpu_slot_dir
+        assert not os.path.exists(cpu_slot_dir(str(tmp_path / "wd")))
 
 
 DOWNSTREAM = _readings("downstream", 5, 7) + textwrap.dedent('''
