@@ -147,6 +147,25 @@ def quiet_spark_logs(spark) -> None:
         pass
 
 
+def quiet_accumulator_server(spark) -> None:
+    """Keep pyspark's accumulator server from printing a traceback when its connection from the
+    JVM ends without a word (``EOFError``; the JVM stopped or died, as at ``epic stop``); other
+    errors are printed as before."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None or getattr(server, "_epic_quiet", False):
+        return
+    printed = server.handle_error
+
+    def handle_error(request, client_address):
+        # socketserver calls it inside the except block of the failed request
+        if isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            return
+        printed(request, client_address)
+
+    server.handle_error = handle_error
+    server._epic_quiet = True
+
+
 def check_java(min_version: int = MIN_JAVA) -> int:
     """Return the major version of the Java that Spark will start, or explain how to get one.
 
@@ -273,6 +292,7 @@ def build_session(master: str | None = None, *, app_name: str = "epic", ui: bool
     spark.sparkContext.setLogLevel(log_level)
     if quiet:
         quiet_spark_logs(spark)
+    quiet_accumulator_server(spark)
     from epic.spark.topic_source import register
 
     register(spark)

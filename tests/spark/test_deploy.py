@@ -186,3 +186,17 @@ def test_epic_stop_ends_a_live_deploy_and_its_status_says_so(spark, tmp_path):
     lines = out.read_text().splitlines()
     ts = [int(x.split(",")[0]) for x in lines[1:]]
     assert ts == list(range(len(ts))) and len(ts) > 100   # a prefix, each row once
+
+
+def test_accumulator_server_is_quiet_when_the_jvm_hangs_up(spark, capsys):
+    """A deploy's session: pyspark's accumulator server prints no traceback for a connection the
+    JVM ended (EOFError, as when epic stop ends the session), but still does for other errors."""
+    server = spark.sparkContext._accumulatorServer
+    for exc, printed in ((EOFError(), False), (ConnectionResetError(), False),
+                         (ValueError("bad token"), True)):
+        try:
+            raise exc
+        except Exception:
+            server.handle_error(None, ("127.0.0.1", 1))
+        err = capsys.readouterr().err
+        assert (type(exc).__name__ in err) == printed, err
