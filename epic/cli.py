@@ -341,11 +341,19 @@ def _edge_counts(stats: Path, t: Topology) -> dict:
     if not isinstance(edges, dict):
         raise TopologyError(f"--stats {stats}: not an `epic run --stats` file (no \"edges\" "
                             "counts)")
+    fix = (f"give the counters of a run of this topology (`epic run ... --stats {stats}`), "
+           "or draw from a run now with --run")
+    name = doc.get("topology")
+    if name is not None and name != t.name:
+        raise TopologyError(f"--stats {stats}: its counts are of topology {name!r}, not "
+                            f"{t.name!r}; {fix}")
     streams = {s.name for n in t.nodes.values() for s in n.outputs}
-    if not streams & set(edges):
-        raise TopologyError(f"--stats {stats}: its counts are for other streams "
-                            f"({', '.join(sorted(edges)[:5])}) than those of topology {t.name!r}; "
-                            "give the counters of a run of this topology")
+    other, missing = sorted(set(edges) - streams), sorted(streams - set(edges))
+    if other or missing:
+        parts = ([f"streams not in topology {t.name!r}: {', '.join(other[:5])}"] if other else [])
+        parts += ([f"none for its streams {', '.join(missing[:5])}"] if missing else [])
+        raise TopologyError(f"--stats {stats}: its counts are of another topology "
+                            f"({'; '.join(parts)}); {fix}")
     return edges
 
 

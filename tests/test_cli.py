@@ -107,7 +107,20 @@ def test_graph_refuses_what_it_cannot_draw_from(topo, tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"edges": {"readings": 3}}))
     r = runner.invoke(app, ["graph", str(topo), "-o", out, "--stats",
                             str(tmp_path / "other.json")])
-    assert r.exit_code == 1 and "counts are for other streams (readings)" in r.output
+    assert r.exit_code == 1 and "streams not in topology" in r.output and "readings" in r.output
+    # the counters of another topology sharing a stream name; of this one's, a stream missing
+    stats = tmp_path / "stats.json"
+    r = runner.invoke(app, ["run", str(topo), "--stats", str(stats), "-p",
+                            f"out={tmp_path / 'o.csv'}", "-p", "n=10"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(stats.read_text())
+    for change, says in (({"topology": "sensors"}, "counts are of topology 'sensors'"),
+                         ({"edges": {k: v for k, v in doc["edges"].items() if k != "merged"}},
+                          "none for its streams merged")):
+        (tmp_path / "changed.json").write_text(json.dumps({**doc, **change}))
+        r = runner.invoke(app, ["graph", str(topo), "-o", out, "--stats",
+                                str(tmp_path / "changed.json")])
+        assert r.exit_code == 1 and says in r.output, r.output
     r = runner.invoke(app, ["graph", str(topo), "-o", out, "--run", "--stats",
                             str(tmp_path / "other.json")])
     assert r.exit_code == 1 and "--stats and --run are alternatives" in r.output
