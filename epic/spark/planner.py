@@ -100,6 +100,25 @@ def plan_modes(topology: Topology) -> dict[str, str]:
     return out
 
 
+def watermark_origins(topology: Topology, node) -> list[str]:
+    """Per input of ``node``: the node whose forwarded watermark that input carries, found by
+    going up through maps, filters, flat maps and splitstreams (which forward their input's
+    watermark unchanged, on every output). Inputs of one origin carry the same watermark at
+    each step, also when a step brought rows to only some of them (docs/deploy.md, "Same
+    results as `epic run`")."""
+    out = []
+    for x in node.inputs:
+        name = x.node
+        while True:
+            p = topology.nodes[name]
+            if not isinstance(p, (MapNode, FilterNode, FlatMapNode, SplitNode)) \
+                    or len(p.inputs) != 1:
+                break
+            name = p.inputs[0].node
+        out.append(name)
+    return out
+
+
 def ranked_window(n) -> bool:
     """``n`` is a keyed time or count window: its operator ranks keys by their first on-time
     row in the input stream (``ranked``), so over several partitions its output rows carry
@@ -702,7 +721,8 @@ class DeployPlan:
                         workdir=self.workdir,
                         port_schemas=([topic_schema(x.schema) for x in n.outputs]
                                       if split else None),
-                        upstream=None if upstream is None else self.state_dir(upstream))
+                        upstream=None if upstream is None else self.state_dir(upstream),
+                        origins=(watermark_origins(self.t, n) if len(n.inputs) > 1 else None))
 
     def _branch(self, group: list, ckpt: str, ids: list, upstream=None):
         """A fused group as a branch of a query: its task specs and output writers, and the

@@ -94,6 +94,9 @@ class TaskSpec:
         upstream: for a stateful node fused after another one (``direct.Branch.more``): that
             node's ``state_dir``. The node's input is that node's output in the same task, and its
             markers come from that node's snapshot of the batch instead of the offset log.
+        origins: for a node of several inputs, per input the node whose watermark it carries
+            (:func:`epic.spark.planner.watermark_origins`): inputs of one origin share each
+            step's ``_wm``.
     """
 
     node: object
@@ -107,6 +110,7 @@ class TaskSpec:
     port_schemas: list | None = None
     upstream: str | None = None
     inner: bool = False
+    origins: list | None = None
 
 
 class PortBatch(tuple):
@@ -690,6 +694,16 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
             first_of_tag = {}
             for a, b in runs(steps, ins, wms):
                 first_of_tag.setdefault(int(steps[a]), {}).setdefault(int(ins[a]), int(wms[a]))
+            # Inputs of one origin (a split's outputs, maps of them) carry one watermark: a
+            # step's _wm on one of them is also the others' before that step, when the step
+            # brought them no rows (epic run forwards it on every output after each step).
+            origins = getattr(spec, "origins", None)
+            if origins is not None and len(set(origins)) < n_in:
+                for per in first_of_tag.values():
+                    for j, w in list(per.items()):
+                        for k in range(n_in):
+                            if k not in per and origins[k] == origins[j]:
+                                per[k] = w
         seen_tag = None
         for a, b in runs(steps, ins, wms):
             i = int(ins[a])
