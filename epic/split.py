@@ -226,7 +226,11 @@ def hash_partition(key: str | Sequence[str]) -> HashPartition:
     >>> hash_partition("sid").key
     ('sid',)
     """
-    return HashPartition((key,) if isinstance(key, str) else tuple(key))
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise SpecError(f"hash_partition({key!r}): name the key column(s), e.g. "
+                        "hash_partition('sid') or hash_partition(['team', 'sid'])")
+    return HashPartition(keys)
 
 
 def round_robin() -> RoundRobin:
@@ -248,6 +252,11 @@ def as_query(query) -> SplitQuery:
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         except (TypeError, ValueError):
             params = [None, None]
+        required = [p for p in params if p is not None and p.default is p.empty]
+        if len(required) > 2:
+            raise SpecError(f"the distribution query {_fn_name(query)} takes {len(required)} "
+                            "parameters; give a function of (i, row) (per output) or of (row) "
+                            "(it yields (i, row) pairs)")
         if len(params) >= 2:
             return RowQuery(query)
         if len(params) == 1:

@@ -382,3 +382,56 @@ def test_odd_answers_of_a_distribution_query_name_the_fix():
                                             r"\['zz'\] not in the input"):
         t.splitstream("sp", s, 2, epic.vector_split(lambda i, b: True,
                                                     project=[["k", "ts", "zz"], None]))
+
+
+def test_pairs_and_vectorised_answers_follow_the_row_forms_rule():
+    """The pairs and vectorised forms take what the row form takes (True or a numpy True: the
+    row, a dict: that tuple, False / None / numpy False: nothing) and stop on anything else
+    naming the value and the fix: an int or a string paired with an output, an output that is
+    not an index, a mask of integers or floats, or of the wrong length (audit s37 M: an
+    AttributeError or ArrowInvalid from inside epic, and integer masks taken as truthy). A
+    three-parameter query and an empty hash key are build errors."""
+    import epic
+    from epic.errors import NodeFailure, SpecError, TopologyError
+
+    def run(query, n=2):
+        t = epic.Topology("odd")
+        s = t.source("s", epic.iterator_source([{"k": k, "ts": k} for k in range(4)],
+                                               schema={"k": "int64", "ts": "int64"},
+                                               time="ts", unit="s"))
+        outs = t.splitstream("sp", s, n, query)
+        for i, o in enumerate(outs):
+            t.sink(f"o{i}", o, epic.collect_sink())
+        got = epic.run(t).collected
+        return [got[f"o{i}"].column("k").to_pylist() for i in range(n)]
+
+    pairs = epic.pairs_split
+    assert run(pairs(lambda r: [(0, np.bool_(r["k"] > 1)), (1, np.int64(1) == 1)])) == \
+        [[2, 3], [0, 1, 2, 3]]
+    assert run(pairs(lambda r: [(0, False), (1, None), (np.int64(1), {"k": 9, "ts": r["ts"]})])) \
+        == [[], [9, 9, 9, 9]]
+    for answer, says in ((0, r"yielded \(0, 0\) \(int\); pair an output with True"),
+                         ("x", r"yielded \(0, 'x'\) \(str\)")):
+        with pytest.raises(NodeFailure, match=says):
+            run(pairs(lambda r, a=answer: [(0, a)]))
+    for pair, says in (((2, True), "yielded output 2; an output is an integer 0..1"),
+                       ((True, True), "yielded output True"), ((0,), r"yielded \(0,\)")):
+        with pytest.raises(NodeFailure, match=says):
+            run(pairs(lambda r, p=pair: [p]))
+    vec = epic.vector_split
+    assert run(vec(lambda i, b: np.bool_(i == 0))) == [[0, 1, 2, 3], []]
+    assert run(vec(lambda i, b: [True, False, True, False] if i else None)) == [[], [0, 2]]
+    for mask, says in ((lambda i, b: 1, r"returned 1 \(int\) for output 0"),
+                       (lambda i, b: b["k"].to_numpy() % 2, "returned an array of int64"),
+                       (lambda i, b: b["k"].to_numpy() / 10, "returned an array of float64"),
+                       (lambda i, b: pc.bit_wise_and(b["k"], 1), "returned an array of int64"),
+                       (lambda i, b: np.ones(3, bool), "has 3 values for a batch of 4 rows")):
+        with pytest.raises(NodeFailure, match=says):
+            run(vec(mask))
+    t = epic.Topology("build")
+    s = t.source("s", epic.iterator_source([], schema={"k": "int64", "ts": "int64"},
+                                           time="ts", unit="s"))
+    with pytest.raises(TopologyError, match="takes 3 parameters"):
+        t.splitstream("sp", s, 2, lambda i, r, extra: True)
+    with pytest.raises(SpecError, match="name the key column"):
+        epic.hash_partition([])

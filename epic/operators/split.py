@@ -141,11 +141,29 @@ class SplitOperator:
                         f"form (it yields (i, row) pairs), and it returned {got!r}; yield "
                         "(output, True | dict) pairs, or take (i, row) and return True, False, "
                         "None or a dict for each output i")
-                for i, v in got:
-                    if not 0 <= i < n:
-                        raise ValueError(f"output index {i} out of range 0..{n - 1}")
+                for pair in got:
+                    try:
+                        i, v = pair
+                    except (TypeError, ValueError):
+                        raise NodeFailure.returned(
+                            self.node, "distribution query", self._batches,
+                            f"node {self.node!r}: the pairs query yielded {pair!r}; yield "
+                            "(output, True | dict) pairs") from None
+                    if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) \
+                            or not 0 <= i < n:
+                        raise NodeFailure.returned(
+                            self.node, "distribution query", self._batches,
+                            f"node {self.node!r}: the pairs query yielded output {i!r}; an "
+                            f"output is an integer 0..{n - 1}")
+                    i = int(i)
                     if v is None or v is False:
                         continue
+                    if v is not True and not isinstance(v, dict):
+                        if not isinstance(v, np.bool_):
+                            self._bad_answer(i, v, pairs=True)
+                        if not v:
+                            continue
+                        v = True
                     outs[i].append(r if v is True else v)
                     if entries is not None:
                         ents[i].append(entries[j])
@@ -184,7 +202,13 @@ class SplitOperator:
                 f"{what.format(n=b.column(t).null_count, t=t)} (input batch {self._batches}); "
                 f"{fix}")
 
-    def _bad_answer(self, i: int, v) -> None:
+    def _bad_answer(self, i: int, v, pairs: bool = False) -> None:
+        if pairs:
+            raise NodeFailure.returned(
+                self.node, "distribution query", self._batches,
+                f"node {self.node!r}: the pairs query yielded ({i}, {v!r}) ({type(v).__name__}); "
+                "pair an output with True (send the row) or a dict (send this tuple); False / "
+                "None send nothing")
         raise NodeFailure.returned(
             self.node, "distribution query", self._batches,
             f"node {self.node!r}: the query returned {v!r} ({type(v).__name__}) for output {i}; "
@@ -224,7 +248,7 @@ class SplitOperator:
 
     def _split_vector(self, batch):
         q = self.query
-        masks = [q.mask(i, batch) for i in range(self.n)]
+        masks = [self._vector_mask(i, q.mask(i, batch), batch.num_rows) for i in range(self.n)]
         # Outputs with the same numpy mask share one filtered batch (DEBS: Q1 and Q3 both take
         # the players' rows; comparing masks costs a fraction of filtering every column), and
         # it holds only the columns their projections keep (DEBS: 5 of the game's 14).
@@ -242,7 +266,7 @@ class SplitOperator:
         filtered: dict[int, pa.RecordBatch] = {}
         result = []
         for i, m in enumerate(masks):
-            if m is None or m is False:
+            if m is None:
                 result.append([])
                 continue
             if m is True:
@@ -253,10 +277,6 @@ class SplitOperator:
                 if part is None:
                     part = filtered[g] = self._filter(batch, groups[g][0], groups[g][1])
             else:
-                if isinstance(m, pa.ChunkedArray):
-                    m = one_array(m)
-                if not isinstance(m, pa.Array):
-                    m = pa.array(np.asarray(m, dtype=bool))
                 part = batch.filter(m.fill_null(False) if m.null_count else m)
             if part.num_rows == 0:
                 result.append([])
@@ -272,6 +292,37 @@ class SplitOperator:
                              "{t!r}", "keep the time in every row, or filter such rows")
             result.append([part])
         return result
+
+    def _vector_mask(self, i: int, m, rows: int):
+        """The vectorised query's answer for output ``i`` as None (no row), True (every row),
+        a numpy bool array or a pyarrow boolean array of ``rows`` values (nulls: not sent);
+        anything else stops the run naming the value and the fix, as the row form does."""
+        if m is None or m is False or m is True:
+            return None if m is not True else True
+        if isinstance(m, np.bool_):
+            return True if m else None
+        if isinstance(m, pa.ChunkedArray):
+            m = one_array(m)
+        if isinstance(m, (list, tuple)) and all(isinstance(x, (bool, np.bool_)) for x in m):
+            m = np.asarray(m, dtype=bool)
+        ok = ((isinstance(m, np.ndarray) and m.dtype == np.bool_ and m.ndim == 1)
+              or (isinstance(m, pa.Array) and pa.types.is_boolean(m.type)))
+        if not ok:
+            what = (f"an array of {m.dtype}" if isinstance(m, np.ndarray)
+                    else f"an array of {m.type}" if isinstance(m, pa.Array)
+                    else f"{m!r} ({type(m).__name__})")
+            raise NodeFailure.returned(
+                self.node, "distribution query", self._batches,
+                f"node {self.node!r}: the vectorised query returned {what} for output {i}; "
+                "return a boolean mask of the batch's rows (numpy bool or pyarrow boolean), "
+                "True (every row) or False / None (none): compare, e.g. "
+                "pc.equal(batch['k'], 1) or values != 0")
+        if len(m) != rows:
+            raise NodeFailure.returned(
+                self.node, "distribution query", self._batches,
+                f"node {self.node!r}: the vectorised query's mask for output {i} has {len(m)} "
+                f"values for a batch of {rows} rows; return one per row")
+        return m
 
     def _filter(self, batch: pa.RecordBatch, mask: np.ndarray, outputs: list[int]):
         """``batch``'s rows where ``mask``, with the columns the projections of ``outputs`` keep
