@@ -21,10 +21,11 @@ SCH = pa.schema([("ts", pa.int64()), ("v", pa.int64())])
 
 
 class Harness:
-    def __init__(self, tmp_path, monkeypatch, n: int):
+    def __init__(self, tmp_path, monkeypatch, n: int, bounded: bool = True):
         t = epic.Topology("h")
         srcs = [t.source(f"s{i}", epic.iterator_source(lambda: iter([]), schema=SCH, time="ts",
-                                                       unit="s")) for i in range(n)]
+                                                       unit="s", bounded=bounded))
+                for i in range(n)]
         t.sink("out", t.merge("m", srcs), epic.collect_sink())
         node = t.nodes["m"]
         self.spec = tasks.TaskSpec(node=node, mode="global",
@@ -195,3 +196,44 @@ def test_idle_after_merge_takes_the_carried_watermark_before_early_markers(tmp_p
                        [(3, 60, True, 2), (2, 30, False, 3)])
     r1, _, op = h.run(1, [], [(3, 60, True, 2), (3, 30, True, 3)])
     assert op["late"] == want[0]
+
+
+@pytest.mark.parametrize("behind", [True, False])
+def test_inputs_of_one_origin_share_a_watermark_only_for_steps_they_delivered(
+        tmp_path, monkeypatch, behind):
+    """Two inputs of one origin (a split's outputs; unbounded, so no horizon holds rows back):
+    A's watermark at a step reaches B when B has no rows of that step, if B's topic has
+    reached it. Delivered (no rows of step 3 for B): A's row 7 of step 3 is late, as in epic
+    run (the session 37 audit M: B's older watermark kept it). Behind (B through a slower
+    query): B's row 12 of step 3 is still to come, and A's watermark of step 5 would make it
+    late (the review of session 37)."""
+    m = MergeOperator(2, SCH, "ts")
+    out = m.on_batch(_batch(5, 0), 0) + m.on_batch(_batch(6, 1), 1)            # step 1
+    out += m.on_watermark(10, 0) + m.on_watermark(10, 1)
+    if behind:
+        out += m.on_batch(_batch(15, 0), 0) + m.on_batch(_batch(12, 1), 1)       # step 3
+        out += m.on_watermark(20, 0) + m.on_watermark(20, 1)
+        out += m.on_batch(_batch(25, 0), 0)                                     # step 5
+        out += m.on_watermark(30, 0) + m.on_watermark(30, 1)
+    else:
+        out += m.on_batch(_batch(7, 0), 0) + m.on_batch(_batch(15, 0), 0)       # step 3
+        out += m.on_watermark(20, 0) + m.on_watermark(20, 1)
+    out += m.on_input_end(0) + m.on_end()
+    want = (m.late_rows, sorted(r["ts"] for b in out for r in b.to_pylist()))
+    assert want[0] == (0 if behind else 1)
+
+    h = Harness(tmp_path, monkeypatch, 2, bounded=False)
+    h.spec.origins = ["split", "split"]
+    first = [(0, 1, None, 5, 0), (1, 1, None, 6, 1)]
+    if behind:
+        r0, _, _ = h.run(0, first + [(0, 3, 10, 15, 0), (0, 5, 20, 25, 0)],
+                         [(2, 30, False, 5), (1, 10, False, 1)])
+        r1, _, _ = h.run(1, [(1, 3, 10, 12, 1)], [(2, 30, False, 5), (2, 30, False, 5)])
+        last = [(3, 30, True, 5), (3, 30, True, 5)]
+    else:
+        r0, _, _ = h.run(0, first + [(0, 3, 10, 7, 0), (0, 3, 10, 15, 0)],
+                         [(2, 20, False, 3), (2, 20, False, 3)])
+        r1 = []
+        last = [(3, 20, True, 3), (3, 20, True, 3)]
+    r2, _, op = h.run(2, [], last)
+    assert (op["late"], sorted(r0 + r1 + r2)) == want

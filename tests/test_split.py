@@ -421,11 +421,16 @@ def test_pairs_and_vectorised_answers_follow_the_row_forms_rule():
     vec = epic.vector_split
     assert run(vec(lambda i, b: np.bool_(i == 0))) == [[0, 1, 2, 3], []]
     assert run(vec(lambda i, b: [True, False, True, False] if i else None)) == [[], [0, 2]]
+    import pandas as pd   # pandas boolean Series: bool, nullable "boolean" (NA: not sent)
+    assert run(vec(lambda i, b: b.to_pandas()["k"] % 2 == i)) == [[0, 2], [1, 3]]
+    assert run(vec(lambda i, b: pd.Series([True, None, False, True], dtype="boolean")
+                   if i == 0 else None)) == [[0, 3], []]
     for mask, says in ((lambda i, b: 1, r"returned 1 \(int\) for output 0"),
                        (lambda i, b: b["k"].to_numpy() % 2, "returned an array of int64"),
                        (lambda i, b: b["k"].to_numpy() / 10, "returned an array of float64"),
                        (lambda i, b: pc.bit_wise_and(b["k"], 1), "returned an array of int64"),
-                       (lambda i, b: np.ones(3, bool), "has 3 values for a batch of 4 rows")):
+                       (lambda i, b: np.ones(3, bool), "has 3 values for a batch of 4 rows"),
+                       (lambda i, b: b.to_pandas()["k"] % 2, "returned a Series of int64")):
         with pytest.raises(NodeFailure, match=says):
             run(vec(mask))
     t = epic.Topology("build")

@@ -5,6 +5,7 @@ Their specs (distribution queries, :class:`~epic.split.Combine`) are in :mod:`ep
 
 from __future__ import annotations
 
+import reprlib
 from typing import Sequence
 
 import numpy as np
@@ -305,12 +306,21 @@ class SplitOperator:
             m = one_array(m)
         if isinstance(m, (list, tuple)) and all(isinstance(x, (bool, np.bool_)) for x in m):
             m = np.asarray(m, dtype=bool)
+        elif not isinstance(m, (np.ndarray, pa.Array)) and hasattr(m, "dtype") \
+                and "bool" in str(m.dtype).lower():
+            # a pandas boolean Series (bool, "boolean" with NA: not sent, bool[pyarrow])
+            try:
+                m = one_array(pa.chunked_array([pa.array(m)]))
+            except (pa.ArrowException, TypeError, ValueError):
+                pass
         ok = ((isinstance(m, np.ndarray) and m.dtype == np.bool_ and m.ndim == 1)
               or (isinstance(m, pa.Array) and pa.types.is_boolean(m.type)))
         if not ok:
             what = (f"an array of {m.dtype}" if isinstance(m, np.ndarray)
                     else f"an array of {m.type}" if isinstance(m, pa.Array)
-                    else f"{m!r} ({type(m).__name__})")
+                    else f"a {type(m).__name__} of {m.dtype}" if hasattr(m, "dtype")
+                    and not np.isscalar(m)
+                    else f"{reprlib.repr(m)} ({type(m).__name__})")
             raise NodeFailure.returned(
                 self.node, "distribution query", self._batches,
                 f"node {self.node!r}: the vectorised query returned {what} for output {i}; "

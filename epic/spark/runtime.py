@@ -840,7 +840,7 @@ def _start_and_run(topology: Topology, wd: str, driver: str, started: float, *, 
             doc = {"topology": topology.name, "state": "failed", "error": error, "nodes": {}}
         with span("stop", topology.name, "driver"):
             launcher.stop(drain=10.0 if state == "finished" else 0.0)
-        if plan.cpu_slots:
+        if plan.cpu_slots and state == "finished":   # every task has returned (drained)
             from epic.spark.executor import remove_cpu_slots
 
             remove_cpu_slots(plan.workdir)

@@ -696,14 +696,21 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
                 first_of_tag.setdefault(int(steps[a]), {}).setdefault(int(ins[a]), int(wms[a]))
             # Inputs of one origin (a split's outputs, maps of them) carry one watermark: a
             # step's _wm on one of them is also the others' before that step, when the step
-            # brought them no rows (epic run forwards it on every output after each step).
+            # brought them no rows (epic run forwards it on every output after each step) and
+            # they have delivered that step (their topic's progress: an input behind it, e.g.
+            # through a slower query when the inputs are unbounded, has rows of it to come).
             origins = getattr(spec, "origins", None)
             if origins is not None and len(set(origins)) < n_in:
-                for per in first_of_tag.values():
-                    for j, w in list(per.items()):
-                        for k in range(n_in):
-                            if k not in per and origins[k] == origins[j]:
-                                per[k] = w
+                progress = (early if early is not None else marker_view())[2]
+                for tag_, per in first_of_tag.items():
+                    s_ = step_of(tag_)
+                    shared: dict = {}
+                    for j, w in per.items():
+                        shared[origins[j]] = min(w, shared.get(origins[j], w))
+                    for k in range(n_in):
+                        if (k not in per and origins[k] in shared and progress[k] is not None
+                                and progress[k] >= s_):
+                            per[k] = shared[origins[k]]
         seen_tag = None
         for a, b in runs(steps, ins, wms):
             i = int(ins[a])
