@@ -346,6 +346,18 @@ def test_row_forms_refuse_what_the_vectorised_forms_refuse():
                ).collected["o"].column("k").to_pylist() == [2, 6]
 
 
+def _run_split_of_four(query, n=2) -> dict:
+    """epic run of rows k = ts = 0..3 split by ``query`` into ``n`` collected outputs o0, o1..."""
+    t = epic.Topology("odd")
+    s = t.source("s", epic.iterator_source([{"k": k, "ts": k} for k in range(4)],
+                                           schema={"k": "int64", "ts": "int64"},
+                                           time="ts", unit="s"))
+    outs = t.splitstream("sp", s, n, query)
+    for i, o in enumerate(outs):
+        t.sink(f"o{i}", o, epic.collect_sink())
+    return epic.run(t).collected
+
+
 def test_odd_answers_of_a_distribution_query_name_the_fix():
     """A row query answering 0/1 (``i == 1 and row["k"] % 2``) or a one-parameter query (the
     pairs form) answering a bool stop with what was returned and the fix, not an
@@ -355,16 +367,7 @@ def test_odd_answers_of_a_distribution_query_name_the_fix():
     import epic
     from epic.errors import NodeFailure, TopologyError
 
-    def run(query, n=2):
-        t = epic.Topology("odd")
-        s = t.source("s", epic.iterator_source([{"k": k, "ts": k} for k in range(4)],
-                                               schema={"k": "int64", "ts": "int64"},
-                                               time="ts", unit="s"))
-        outs = t.splitstream("sp", s, n, query)
-        for i, o in enumerate(outs):
-            t.sink(f"o{i}", o, epic.collect_sink())
-        return epic.run(t).collected
-
+    run = _run_split_of_four
     with pytest.raises(NodeFailure, match=r"returned 0 \(int\) for output 1; return True"):
         run(lambda i, r: i == 0 or (i == 1 and r["k"] % 2))
     with pytest.raises(NodeFailure, match="took one parameter, so it is the pairs form"):
@@ -395,14 +398,7 @@ def test_pairs_and_vectorised_answers_follow_the_row_forms_rule():
     from epic.errors import NodeFailure, SpecError, TopologyError
 
     def run(query, n=2):
-        t = epic.Topology("odd")
-        s = t.source("s", epic.iterator_source([{"k": k, "ts": k} for k in range(4)],
-                                               schema={"k": "int64", "ts": "int64"},
-                                               time="ts", unit="s"))
-        outs = t.splitstream("sp", s, n, query)
-        for i, o in enumerate(outs):
-            t.sink(f"o{i}", o, epic.collect_sink())
-        got = epic.run(t).collected
+        got = _run_split_of_four(query, n)
         return [got[f"o{i}"].column("k").to_pylist() for i in range(n)]
 
     pairs = epic.pairs_split
