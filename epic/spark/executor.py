@@ -83,7 +83,7 @@ def cpu_slot(key: str, slots: int, poll: float = 0.01):
 
 def cpu_slot_dir(key: str) -> str:
     """The directory of :func:`cpu_slot`'s lock files for deploy ``key`` (in the temp
-    directory; :func:`remove_cpu_slots` removes it when the deploy ends)."""
+    directory; :func:`remove_cpu_slots` removes it when the deploy finishes)."""
     import hashlib
     import tempfile
 
