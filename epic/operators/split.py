@@ -298,21 +298,19 @@ class SplitOperator:
         """The vectorised query's answer for output ``i`` as None (no row), True (every row),
         a numpy bool array or a pyarrow boolean array of ``rows`` values (nulls: not sent);
         anything else stops the run naming the value and the fix, as the row form does."""
-        if m is None or m is False or m is True:
-            return None if m is not True else True
-        if isinstance(m, np.bool_):
+        if m is True or m is None or m is False or isinstance(m, np.bool_):
             return True if m else None
-        if isinstance(m, pa.ChunkedArray):
-            m = one_array(m)
         if isinstance(m, (list, tuple)) and all(isinstance(x, (bool, np.bool_)) for x in m):
             m = np.asarray(m, dtype=bool)
-        elif not isinstance(m, (np.ndarray, pa.Array)) and hasattr(m, "dtype") \
-                and "bool" in str(m.dtype).lower():
+        elif not isinstance(m, (np.ndarray, pa.Array, pa.ChunkedArray)) \
+                and "bool" in str(getattr(m, "dtype", "")).lower():
             # a pandas boolean Series (bool, "boolean" with NA: not sent, bool[pyarrow])
             try:
-                m = one_array(pa.chunked_array([pa.array(m)]))
+                m = pa.array(m)
             except (pa.ArrowException, TypeError, ValueError):
                 pass
+        if isinstance(m, pa.ChunkedArray):
+            m = one_array(m)
         ok = ((isinstance(m, np.ndarray) and m.dtype == np.bool_ and m.ndim == 1)
               or (isinstance(m, pa.Array) and pa.types.is_boolean(m.type)))
         if not ok:
