@@ -19,7 +19,7 @@ runner), with delay logging on (``--delays``), and measures:
   table says which).
 
 The parse floor: a plain pyarrow streaming parse of the same file (``pyarrow.csv.open_csv``, 13
-int64 columns, no header): wall s and rows/s.
+int64 columns, no header): wall s, CPU s and rows/s.
 
 Cases are ``q1`` ... ``q4`` and ``all``, each with optional modifiers after ``@`` joined by ``+``
 (:func:`benchkit.debs_report.case_mods`): ``run`` / ``deploy`` (the runtime), ``csv`` /
@@ -43,8 +43,10 @@ free disk fell below ``--min-free-gb``) counts as a miss. Exit 2 on a usage / en
 
 Floors (peers in the same run, not targets): a plain pyarrow streaming parse of the input, and
 after the first successful all-queries case of each output format and delay logging a plain
-sequential writer of the same number of output bytes (8 MiB writes, one fsync; ``floor_write``).
-``--no-floor`` skips both.
+sequential writer of the same number of output bytes (8 MiB writes, one fsync; ``floor_write``);
+after the first successful all-queries Parquet case, the CPU s of pyarrow's own CSV and Parquet
+writers on its output rows read back (``floor_encode``: formatting alone, no disk).
+``--no-floor`` skips them.
 
 Before each case the disk settles (``--settle``, default on: ``sync``, then at most 120 s for
 the kernel's dirty pages to drain; ``benchkit.proc.settle``), so a case does not pay for the
@@ -192,13 +194,13 @@ def floor_parse(path: Path) -> dict:
     """Plain pyarrow streaming parse of the game: 13 int64 columns, no header; rows and wall s."""
     ro = pacsv.ReadOptions(column_names=SENSOR_COLUMNS, block_size=16 << 20)
     co = pacsv.ConvertOptions(column_types={c: pa.int64() for c in SENSOR_COLUMNS})
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     rows = 0
     with pacsv.open_csv(path, read_options=ro, convert_options=co) as r:
         for b in r:
             rows += b.num_rows
-    wall = time.perf_counter() - t0
-    return {"rows": rows, "wall_s": wall, "rows_per_s": rows / wall if wall else None}
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"rows": rows, "wall_s": wall, "cpu_s": cpu, "rows_per_s": rows / wall if wall else None}
 
 
 def floor_write(directory: Path, nbytes: int, chunk: int = 8 << 20) -> dict:
@@ -222,6 +224,38 @@ def floor_write(directory: Path, nbytes: int, chunk: int = 8 << 20) -> dict:
     finally:
         path.unlink(missing_ok=True)
     return {"bytes": int(nbytes), "wall_s": wall, "load": os.getloadavg()[0]}
+
+
+def floor_encode(out: Path, files: list[str], batch_rows: int = 1 << 20) -> dict:
+    """The encode floors of a Parquet case's outputs (the rows and columns the CSV case writes
+    too): each ``<stream>.parquet`` read back in ``batch_rows`` batches (not timed), then each
+    batch formatted as CSV by pyarrow's own writer (``pyarrow.csv.write_csv``) and encoded as
+    Parquet by ``pyarrow.parquet`` (default options), both into memory and dropped. Returns
+    rows, the CPU s of the process during each encoder's calls (``time.process_time``: all its
+    threads) and the bytes each made: what formatting alone costs, with a library built for it,
+    before any query runs or any byte reaches the disk."""
+    import pyarrow.parquet as pq
+    rows = csv_bytes = pq_bytes = 0
+    csv_cpu = pq_cpu = 0.0
+    for fname in files:
+        path = out / (Path(fname).stem + ".parquet")
+        with pq.ParquetFile(path) as pf:
+            for batch in pf.iter_batches(batch_size=batch_rows):
+                rows += batch.num_rows
+                sink = pa.BufferOutputStream()
+                c0 = time.process_time()
+                pacsv.write_csv(batch, sink)
+                csv_cpu += time.process_time() - c0
+                csv_bytes += sink.getvalue().size
+                sink = pa.BufferOutputStream()
+                c0 = time.process_time()
+                with pq.ParquetWriter(sink, batch.schema) as w:
+                    w.write_batch(batch)
+                pq_cpu += time.process_time() - c0
+                pq_bytes += sink.getvalue().size
+                del sink
+    return {"rows": rows, "csv_cpu_s": csv_cpu, "csv_bytes": csv_bytes,
+            "parquet_cpu_s": pq_cpu, "parquet_bytes": pq_bytes, "load": os.getloadavg()[0]}
 
 
 def scan_game_seconds(path: Path) -> np.ndarray:
@@ -543,6 +577,16 @@ def run_case(args, case: str, console) -> report.CaseResult:
     res.streams = streams
     res.rows_out = sum(s["rows"] or 0 for s in streams)
     res.out_bytes = sum(s["bytes"] or 0 for s in streams)
+    if (args.floor and res.status == "ok" and fmt == "parquet"
+            and split_case(case)[0] == "all" and "encode" not in getattr(args, "floors_done", ())):
+        args.floors_done.add("encode")   # once per run: the floors of the same rows
+        console.print(f"  {case}: encode floors of its {res.rows_out:,} rows ...")
+        try:
+            res.encode_floor = floor_encode(out, case_files(case))
+            console.print(f"  {case}: encode floors: CSV {res.encode_floor['csv_cpu_s']:.1f} "
+                          f"CPU-s, Parquet {res.encode_floor['parquet_cpu_s']:.1f} CPU-s")
+        except (OSError, pa.ArrowException) as e:
+            console.print(f"  {case}: encode floors failed: {e}")
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)

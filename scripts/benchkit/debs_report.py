@@ -109,6 +109,7 @@ class CaseResult:
     pss_kinds: dict = field(default_factory=dict)   # GiB by process kind at the peak sample
     pss_procs: dict = field(default_factory=dict)   # processes of each kind at the peak sample
     write_floor: dict | None = None   # a plain writer of the same bytes: bytes, wall_s
+    encode_floor: dict | None = None  # pyarrow's encoders on the same rows: rows, *_cpu_s, *_bytes
 
     @property
     def events_per_s(self):
@@ -269,7 +270,7 @@ def _delay_row(s: dict):
 
 def _floor_row(fl: dict):
     return ["floor: pyarrow parse", "pyarrow.csv.open_csv", fmt_num(fl["rows"]),
-            f"{fl['wall_s']:,.1f}", fmt_num(fl["rows_per_s"]),
+            f"{fl['wall_s']:,.1f}" + (f" ({fl['cpu_s']:,.1f} CPU-s)" if fl.get("cpu_s") else ""), fmt_num(fl["rows_per_s"]),
             "-" if not fl.get("x_real_time") else f"{fl['x_real_time']:.1f}", "-", "-", "-", "-",
             "-", "-" if fl.get("load") is None else f"{fl['load']:.1f}", "ok", ""]
 
@@ -282,6 +283,18 @@ def _write_floor_row(case: str, wf: dict):
             ""]
 
 
+def _encode_floor_rows(case: str, ef: dict):
+    """Two rows: pyarrow's CSV writer and Parquet writer on a case's output rows; their time
+    is CPU s (the wall s column says so), no disk."""
+    out = []
+    for kind, how in (("csv", "pyarrow.csv.write_csv"), ("parquet", "pyarrow.parquet")):
+        out.append([f"floor: encode {case}'s rows as {kind}", how + ", in memory",
+                    "-", f"{ef[kind + '_cpu_s']:,.1f} CPU-s", "-", "-", "-", "-", "-",
+                    fmt_num(ef["rows"]), f"{ef[kind + '_bytes'] / 1e9:.1f}",
+                    "-" if ef.get("load") is None else f"{ef['load']:.1f}", "ok", ""])
+    return out
+
+
 def case_rows(results: dict) -> list[list[str]]:
     """The rows of the case table (:data:`CASE_COLS`): one per case (followed by the write
     floor of its output bytes where one was measured), then the parse floor."""
@@ -290,6 +303,8 @@ def case_rows(results: dict) -> list[list[str]]:
         rows.append(_case_row(results, r))
         if r.get("write_floor"):
             rows.append(_write_floor_row(r["case"], r["write_floor"]))
+        if r.get("encode_floor"):
+            rows.extend(_encode_floor_rows(r["case"], r["encode_floor"]))
     if results.get("floor"):
         rows.append(_floor_row(results["floor"]))
     return rows
@@ -477,7 +492,9 @@ def docs_section(results: dict, notes: str, extras: list[dict] = ()) -> str:
              + (f"peak PSS at most {results['mem_target_gb']:g} GiB; "
                 if results.get("mem_target_gb") else "")
              + "`floor: write` rows time a plain sequential writer of that case's output bytes "
-             "(8 MiB writes, one fsync at the end) in the same run.", "",
+             "(8 MiB writes, one fsync at the end) in the same run; `floor: encode` rows give "
+             "the CPU s of pyarrow's own CSV and Parquet writers on a Parquet case's output rows "
+             "read back (in memory, no disk).", "",
              md_table(CASE_COLS, rows, LEFT), ""]
     verdicts = []
     for r in results["cases"]:
