@@ -45,8 +45,8 @@ Floors (peers in the same run, not targets): a plain pyarrow streaming parse of 
 after the first successful all-queries case of each output format and delay logging a plain
 sequential writer of the same number of output bytes (8 MiB writes, one fsync; ``floor_write``);
 after the first successful all-queries Parquet case, the CPU s of pyarrow's own CSV and Parquet
-writers on its output rows read back (``floor_encode``: formatting alone, no disk).
-``--no-floor`` skips them.
+writers on its output rows read back (``floor_encode``: formatting alone, no disk; about 6
+minutes on the full game, ``--no-encode-floor`` skips it). ``--no-floor`` skips them all.
 
 Before each case the disk settles (``--settle``, default on: ``sync``, then at most 120 s for
 the kernel's dirty pages to drain; ``benchkit.proc.settle``), so a case does not pay for the
@@ -577,7 +577,7 @@ def run_case(args, case: str, console) -> report.CaseResult:
     res.streams = streams
     res.rows_out = sum(s["rows"] or 0 for s in streams)
     res.out_bytes = sum(s["bytes"] or 0 for s in streams)
-    if (args.floor and res.status == "ok" and fmt == "parquet"
+    if (args.floor and args.encode_floor and res.status == "ok" and fmt == "parquet"
             and split_case(case)[0] == "all" and "encode" not in getattr(args, "floors_done", ())):
         args.floors_done.add("encode")   # once per run: the floors of the same rows
         console.print(f"  {case}: encode floors of its {res.rows_out:,} rows ...")
@@ -660,6 +660,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay-max-values", type=int, default=20_000_000,
                     help="per stream; above it percentiles use every k-th row")
     ap.add_argument("--no-floor", dest="floor", action="store_false")
+    ap.add_argument("--no-encode-floor", dest="encode_floor", action="store_false",
+                    help="skip the encode floors (pyarrow's writers on a Parquet case's rows: "
+                         "about 6 minutes on the full game)")
     ap.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True,
                     help="before each case, sync and wait (at most 120 s) for the kernel's "
                          "dirty pages to drain, so no case pays the last one's write-back "
