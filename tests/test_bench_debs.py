@@ -252,3 +252,30 @@ def test_cpu_by_process_kind():
     res = {"cases": [{"case": "all", "wall_s": 10.0, "cpu_kinds": {"JVM": 12.0, "x": 0.1}}]}
     line = report.cpu_lines(res)[0]
     assert "12 CPU-s" in line and "JVM 12 s" in line and "x 0" not in line
+
+
+def test_encode_floor_counts_the_rows_and_bytes_of_pyarrows_writers(tmp_path):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+    t = pa.table({"ts": np.arange(5000, dtype=np.int64), "x": np.linspace(0, 1, 5000),
+                  "p": pa.array(["a", "b"] * 2500)})
+    pq.write_table(t, tmp_path / "q4.parquet", row_group_size=1000)
+    pq.write_table(t.slice(0, 7), tmp_path / "q2playerpossession.parquet")
+    got = bd.floor_encode(tmp_path, ["q4.csv", "q2playerpossession.csv"], batch_rows=1024)
+    assert got["rows"] == 5007
+    # the same bytes as pyarrow's writer on each batch (a header per batch)
+    want = 0
+    for name in ("q4", "q2playerpossession"):
+        for b in pq.ParquetFile(tmp_path / f"{name}.parquet").iter_batches(batch_size=1024):
+            buf = io.BytesIO()
+            pacsv.write_csv(b, buf)
+            want += len(buf.getvalue())
+    assert got["csv_bytes"] == want
+    assert got["parquet_bytes"] > 0 and got["csv_cpu_s"] >= 0 and got["parquet_cpu_s"] >= 0
+    rows = report._encode_floor_rows("all@parquet", got)
+    assert [r[0] for r in rows] == ["floor: encode all@parquet's rows as csv",
+                                    "floor: encode all@parquet's rows as parquet"]
+    assert rows[0][9] == "5,007"
