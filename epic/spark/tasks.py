@@ -526,8 +526,18 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     if ranked:
         d.op.rank_column = RANK in spec.out_schema.names
 
+    def forward():
+        # What the runner forwards, and when: the node's watermark after a watermark it applied
+        # (or a merge input's end while others are live), never lowered; not after rows (the
+        # runner re-reads it only at the next watermark, so a hold that moved with the rows
+        # reaches consumers then, not between this step's output rows)
+        nonlocal fwd
+        f = d.forwarded
+        if f is not None and (fwd is None or f > fwd):
+            fwd = f
+
     def call(fn, step_tag, *args, wm=None):
-        nonlocal fwd, last_tag
+        nonlocal last_tag
         # Output tags never decrease in emission order: consumers sort by tag, so a smaller tag
         # would move rows ahead of rows this node emitted earlier. (An input run of one step can
         # follow another run of the same step with a newer watermark: the watermark's output
@@ -539,12 +549,15 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
         outs = fn(*args)  # the driver names the node, the function and the batch on failure
         if outs:
             out.extend(_emit(spec, outs, step_tag, before))
-        fwd = d.forwarded
 
     def watermark(i, w, step_tag):
         if w is None or w == NO_WM:
             return
+        last = d.applied[i]
+        if last is not None and int(w) <= last:
+            return   # the runner calls a node only with a watermark its input advanced to
         call(d.watermark, step_tag, int(w), i)
+        forward()
 
     # A merge of bounded inputs fed by queries of their own (which progress each at its own
     # pace): rows of steps beyond the slowest live input's progress wait for the next
@@ -630,6 +643,8 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
                        for j in range(n_in)):
                 break
             call(d.input_end, step_tag, i)
+            if d.merge and not d.all_inputs_ended:
+                forward()
 
     # A merge applies an input's batch-end marker (its watermark after its last step, its end)
     # before the rows of any later step of the other inputs, as epic run does: an input ahead
