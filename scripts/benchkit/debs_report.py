@@ -270,7 +270,8 @@ def _delay_row(s: dict):
 
 def _floor_row(fl: dict):
     return ["floor: pyarrow parse", "pyarrow.csv.open_csv", fmt_num(fl["rows"]),
-            f"{fl['wall_s']:,.1f}" + (f" ({fl['cpu_s']:,.1f} CPU-s)" if fl.get("cpu_s") else ""), fmt_num(fl["rows_per_s"]),
+            f"{fl['wall_s']:,.1f}" + (f" ({fl['cpu_s']:,.1f} CPU-s)" if fl.get("cpu_s") else ""),
+            fmt_num(fl["rows_per_s"]),
             "-" if not fl.get("x_real_time") else f"{fl['x_real_time']:.1f}", "-", "-", "-", "-",
             "-", "-" if fl.get("load") is None else f"{fl['load']:.1f}", "ok", ""]
 
