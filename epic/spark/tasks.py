@@ -553,11 +553,12 @@ def run_stateful(spec: TaskSpec, iterator, stream: bool = False,
     def watermark(i, w, step_tag):
         if w is None or w == NO_WM:
             return
-        last = d.applied[i]
-        if last is not None and int(w) <= last:
-            return   # the runner calls a node only with a watermark its input advanced to
+        # the runner calls a node only with a watermark its input advanced to, then forwards;
+        # a repeated one emits nothing (the driver ignores it) and forwards nothing
+        advanced = d.applied[i] is None or int(w) > d.applied[i]
         call(d.watermark, step_tag, int(w), i)
-        forward()
+        if advanced:
+            forward()
 
     # A merge of bounded inputs fed by queries of their own (which progress each at its own
     # pace): rows of steps beyond the slowest live input's progress wait for the next
