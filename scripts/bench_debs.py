@@ -253,7 +253,6 @@ def floor_encode(out: Path, files: list[str], batch_rows: int = 1 << 20) -> dict
                     w.write_batch(batch)
                 pq_cpu += time.process_time() - c0
                 pq_bytes += sink.getvalue().size
-                del sink
     return {"rows": rows, "csv_cpu_s": csv_cpu, "csv_bytes": csv_bytes,
             "parquet_cpu_s": pq_cpu, "parquet_bytes": pq_bytes, "load": os.getloadavg()[0]}
 
@@ -577,9 +576,11 @@ def run_case(args, case: str, console) -> report.CaseResult:
     res.streams = streams
     res.rows_out = sum(s["rows"] or 0 for s in streams)
     res.out_bytes = sum(s["bytes"] or 0 for s in streams)
+    # floors done in this run: "encode" once, a write floor per (format, delay logging)
+    done = getattr(args, "floors_done", set())
     if (args.floor and args.encode_floor and res.status == "ok" and fmt == "parquet"
-            and split_case(case)[0] == "all" and "encode" not in getattr(args, "floors_done", ())):
-        args.floors_done.add("encode")   # once per run: the floors of the same rows
+            and split_case(case)[0] == "all" and "encode" not in done):
+        done.add("encode")   # the encode floors of the same rows, once per run
         console.print(f"  {case}: encode floors of its {res.rows_out:,} rows ...")
         try:
             res.encode_floor = floor_encode(out, case_files(case))
@@ -590,7 +591,6 @@ def run_case(args, case: str, console) -> report.CaseResult:
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
-    done = getattr(args, "floors_done", set())   # one write floor per (format, delay logging)
     if (args.floor and res.status == "ok" and res.out_bytes and split_case(case)[0] == "all"
             and (fmt, delays) not in done):
         free = proc_tree.free_gb(args.out_root)
