@@ -627,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="epic deploy --partitions: tasks per micro-batch of a keyed node")
     ap.add_argument("--batch-rows", type=int, default=None,
                     help="epic deploy --batch-rows: rows per micro-batch read from a source or "
-                         "topic (default: the deploy's, about 64 MB of the input's columns)")
+                         "topic (default: the deploy's, about 128 MB of the input's columns)")
     ap.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
                     help="epic deploy --conf KEY=VALUE (repeatable), e.g. "
                          "spark.epic.backgroundNice=0")

@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
                                                             "a terminal)."),
                batch_rows: Optional[int] = typer.Option(
                    None, "--batch-rows", help="Rows per micro-batch from a source or topic "
-                   "(default: about 64 MB of the input's columns, 1 M to 8 M rows)."),
+                   "(default: about 128 MB of the input's columns, 1 M to 8 M rows)."),
                keep_topics: bool = typer.Option(False, "--keep-topics",
                                                 help="Keep consumed topic segments (by default "
                                                      "they are deleted once every reader "

@@ -57,7 +57,7 @@ MAX_BATCH_BYTES = 256 << 20
 
 #: Without ``batch_rows``, a micro-batch reads about this many bytes of its input's columns
 #: (:func:`auto_batch_rows`), within :data:`BATCH_ROWS_RANGE` rows.
-BATCH_BYTES = 64 << 20
+BATCH_BYTES = 128 << 20
 BATCH_ROWS_RANGE = (1_000_000, 8_000_000)
 
 
@@ -67,8 +67,10 @@ def auto_batch_rows(schema) -> int:
     width, others 32 bytes), at least 1 M and at most 8 M rows.
 
     >>> auto_batch_rows(pa.schema([("ts", pa.int64()), ("k", pa.int64()), ("v", pa.float64())]))
-    2796202
+    5592405
     >>> auto_batch_rows(pa.schema([(f"c{i}", pa.int64()) for i in range(13)]))
+    1290555
+    >>> auto_batch_rows(pa.schema([("ts", pa.int64())] + [(f"s{i}", pa.string()) for i in range(5)]))
     1000000
     """
     width = 0

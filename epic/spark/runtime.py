@@ -329,7 +329,7 @@ def deploy(topology: Topology, workdir: str, *, master: str | None = None, ui: b
         console: rich console for progress (default: standard error).
         spark: an existing SparkSession to use (tests share one).
         batch_rows: rows per micro-batch read from a source or topic; default: per query, about
-            64 MB of its input's columns, at least 1 M and at most 8 M rows
+            128 MB of its input's columns, at least 1 M and at most 8 M rows
             (:func:`epic.spark.planner.auto_batch_rows`).
         partitions: partitions of keyed stateful nodes; fixed at the first start of
             ``workdir``. Default: ``spark.sql.shuffle.partitions`` when ``conf`` sets it, else

@@ -235,12 +235,14 @@ def test_a_niced_task_runs_on_its_own_thread_and_leaves_the_worker_as_it_was():
 
 
 @pytest.mark.parametrize("columns,expected", [
-    # docs/deploy.md, "Settings": about 64 MB (2**26 bytes) of the input's columns per
-    # micro-batch, fixed-width columns at their width, at least 1 M and at most 8 M rows
-    ({"ts": "int64", "key": "int64", "v": "float64"}, 2**26 // 24),
-    ({"ts": "int64", **{f"c{i}": "int64" for i in range(12)}}, 1_000_000),
+    # docs/deploy.md, "Settings": about 128 MB (2**27 bytes) of the input's columns per
+    # micro-batch, fixed-width columns at their width, others 32 bytes, at least 1 M and at
+    # most 8 M rows
+    ({"ts": "int64", "key": "int64", "v": "float64"}, 2**27 // 24),
+    ({"ts": "int64", **{f"c{i}": "int64" for i in range(12)}}, 2**27 // 104),
+    ({"ts": "int64", **{f"s{i}": "string" for i in range(5)}}, 1_000_000),
     ({"ts": "int64"}, 8_000_000),
-    ({"ts": "int64", "name": "string"}, 2**26 // (8 + 32)),
+    ({"ts": "int64", "name": "string"}, 2**27 // (8 + 32)),
 ])
 def test_micro_batch_rows_follow_the_input_width_unless_given(tmp_path, columns, expected):
     import pyarrow as pa
