@@ -86,6 +86,7 @@ def test_docs_section_replaces_only_its_own_part(tmp_path):
         "load_start": "l", "load_end": "l", "input": "g.csv", "input_bytes": 10**9,
         "input_rows": 1000, "game_s": 60, "target_seconds": 600.0, "runtime_label": "deploy",
         "floor": {"rows": 1000, "wall_s": 0.5, "rows_per_s": 2000.0, "x_real_time": 120.0},
+        "timed_delays": True,   # the wall-time target on a case with delay logging too
         "cases": [dict(case="all", runtime="deploy", fuse=True, command="c", status="ok", rc=0,
                        wall_s=700.0, input_rows=1000, game_s=60, game_done=60, peak_rss=2**30,
                        rows_out=5,
@@ -214,16 +215,27 @@ def _case(case, runtime, wall, fmt="csv", delays=True, pss=None, status="ok"):
 def test_deploy_targets_time_format_peer_and_memory():
     res = {"target_seconds": 150.0, "parquet_target_seconds": 100.0, "mem_target_gb": 4.0,
            "cases": [_case("all@run", "run", 140.0), _case("all", "deploy", 145.0),
-                     _case("all@parquet", "deploy", 120.0, fmt="parquet"),
+                     _case("all@parquet+nodelays", "deploy", 120.0, fmt="parquet",
+                           delays=False),
                      _case("all@nodelays", "deploy", 90.0, delays=False, pss=5 * 2**30),
+                     _case("all@parquet", "deploy", 120.0, fmt="parquet", pss=5 * 2**30),
                      _case("q1", "deploy", 400.0), _case("q2", "deploy", 1.0, status="failed")]}
     why = {r["case"]: report.missed(res, r) for r in res["cases"]}
     assert why["all@run"] is None and why["q1"] is None    # peers and single queries: no time
     assert "slower than epic run" in why["all"] and "145 s > 140 s" in why["all"]
-    assert "120 s > 100 s target" in why["all@parquet"]    # the Parquet target, no CSV peer
+    # the Parquet target, no CSV peer
+    assert "120 s > 100 s target" in why["all@parquet+nodelays"]
     assert "peak PSS 5.0 GiB > 4 GiB" in why["all@nodelays"]
+    # with delay logging: memory and the peer, not the wall-time target (unless asked for)
+    assert why["all@parquet"] == "peak PSS 5.0 GiB > 4 GiB"
+    res["timed_delays"] = True
+    assert "120 s > 100 s target" in report.missed(res, res["cases"][4])
+    del res["timed_delays"]
     assert why["q2"] == "failed"
     res["cases"][1]["wall_s"] = 139.0
+    assert report.missed(res, res["cases"][1]) is None
+    res["cases"][1]["wall_s"] = 151.0   # over 150 s with delay logging, still faster than run
+    res["cases"][0]["wall_s"] = 160.0
     assert report.missed(res, res["cases"][1]) is None
 
 
