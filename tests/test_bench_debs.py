@@ -222,7 +222,7 @@ def test_deploy_targets_time_format_peer_and_memory():
                      _case("q1", "deploy", 400.0), _case("q2", "deploy", 1.0, status="failed")]}
     why = {r["case"]: report.missed(res, r) for r in res["cases"]}
     assert why["all@run"] is None and why["q1"] is None    # peers and single queries: no time
-    assert "slower than epic run" in why["all"] and "145 s > 140 s" in why["all"]
+    assert "slower than epic run" in why["all"] and "145.0 s > 140.0 s, 1.036x" in why["all"]
     # the Parquet target, no CSV peer
     assert "120 s > 100 s target" in why["all@parquet+nodelays"]
     assert "peak PSS 5.0 GiB > 4 GiB" in why["all@nodelays"]

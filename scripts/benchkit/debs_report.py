@@ -147,8 +147,8 @@ def case_missed(r: CaseResult, target_s: float, parquet_target_s: float | None =
     if (not r.delays or timed_delays) and r.wall_s > t:
         why.append(f"{r.wall_s:.0f} s > {t:.0f} s target ({r.wall_s / t:.2f}x)")
     if peer_wall_s is not None and r.wall_s > peer_wall_s:
-        why.append(f"slower than epic run of the same case ({r.wall_s:.0f} s > "
-                   f"{peer_wall_s:.0f} s, {r.wall_s / peer_wall_s:.2f}x)")
+        why.append(f"slower than epic run of the same case ({r.wall_s:.1f} s > "
+                   f"{peer_wall_s:.1f} s, {r.wall_s / peer_wall_s:.3f}x)")
     if mem_target_gb is not None and r.peak_rss is not None and r.peak_rss > mem_target_gb * 2**30:
         why.append(f"peak PSS {r.peak_rss / 2**30:.1f} GiB > {mem_target_gb:g} GiB")
     return "; ".join(why) or None
