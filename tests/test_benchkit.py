@@ -90,6 +90,7 @@ def tiny_results(wall_s=500.0):
     return {"argv": "scripts/bench_debs.py --cases all", "date": "d", "machine": "m",
             "load_start": "l0", "load_end": "l1", "input": "g.csv", "input_bytes": 10**9,
             "input_rows": 1000, "game_s": 60, "target_seconds": 600.0, "runtime_label": "deploy",
+            "timed_delays": True,   # the case has delay logging: hold it to the 600 s too
             "floor": {"rows": 1000, "wall_s": 0.5, "rows_per_s": 2000.0, "x_real_time": 120.0},
             "cases": [case]}
 
