@@ -67,6 +67,13 @@ SPLIT_SECONDS = 10.0
 #: ... and so does the last micro-batch of bounded inputs when expected to take this long
 SPLIT_SECONDS_FINAL = 1.0
 
+#: a consumer waits at most this long in all for its input's producer to commit its last
+#: micro-batch (:meth:`GroupPlanner._hold`)
+HOLD_SECONDS = 30.0
+
+#: a topic's file naming the producers that planned their last micro-batch
+ENDING = "_ending"
+
 
 @dataclass
 class Output:
@@ -653,6 +660,46 @@ class PlanInput:
         self.planner = planner
 
 
+def mark_ending(plan: GroupPlan) -> None:
+    """Tell the readers of ``plan``'s stream topics that its query planned its last micro-batch:
+    ``<topic>/_ending/<producer>.json`` holds the producer's newest committed batch id then, so
+    a reader knows the last batch is in flight until a later one is in the topic
+    (:meth:`GroupPlanner._hold`). A local work directory only; nothing is lost without it."""
+    for o in plan.outputs:
+        if o.kind != "topic" or o.sink is not None:
+            continue   # a sink's topic: no query of the deploy reads it
+        topic, producer = o.writer.topic, o.writer.producer
+        try:
+            d = os.path.join(topic.root, ENDING)
+            os.makedirs(d, exist_ok=True)
+            atomic_json(os.path.join(d, f"{producer}.json"),
+                        {"producer": producer, "after": topic.last_batch_id(producer)},
+                        indent=None)
+        except (OSError, AttributeError, TypeError):
+            pass   # the readers then do not wait: only the tail's speed depends on it
+
+
+def _ending(topic) -> bool:
+    """Whether a producer of ``topic`` planned its last micro-batch (:func:`mark_ending`) and has
+    not committed it yet."""
+    d = os.path.join(topic.root, ENDING)
+    try:
+        names = os.listdir(d)
+    except (OSError, TypeError):
+        return False
+    for name in names:
+        try:
+            with open(os.path.join(d, name)) as f:
+                doc = json.load(f)
+            last = topic.last_batch_id(doc["producer"])
+            after = doc.get("after")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if last is None or after is not None and last <= after:
+            return True
+    return False
+
+
 class GroupPlanner:
     """The planner of a direct query (epic's, driven through the thin Spark adapter
     :class:`epic.spark.datasources.PlannerReader`): plans micro-batches over ``inputs``
@@ -696,6 +743,7 @@ class GroupPlanner:
             return self._combine([x.planner.initialOffset() for x in self.inputs])
 
     def prepare_available_now(self) -> None:
+        self._held_since = -HOLD_SECONDS   # no waiting: an empty batch ends such a query
         for x in self.inputs:
             x.planner.prepareForTriggerAvailableNow()
 
@@ -704,12 +752,39 @@ class GroupPlanner:
         # Spark asks for the next batch once the batch ending at ``start`` is in its commit
         # log. ``commit(end)`` comes only with the batch after it, so the last batch of a
         # finished source would keep its spool files and go uncounted without this.
-        with span("latest_offset", self.plan.name, "planner"):
-            for i, (x, s_) in enumerate(zip(self.inputs, self._split(start))):
+        with span("latest_offset", self.plan.name, "planner") as sp:
+            starts = self._split(start)
+            for i, (x, s_) in enumerate(zip(self.inputs, starts)):
                 if x.kind == "source":
                     _unspool(self._spool_root(i), int(s_["seq"]), self.plan.fs)
-            return self._combine([x.planner.latestOffset(s, limit)
-                                  for x, s in zip(self.inputs, self._split(start))])
+            ends = [x.planner.latestOffset(s, limit) for x, s in zip(self.inputs, starts)]
+            if self._hold(ends):
+                sp["held"] = True
+                return start
+            if self.plan.fs is None and all(bool(e.get("eos")) for e in ends) and not all(
+                    bool(s_.get("eos")) for s_ in starts):
+                mark_ending(self.plan)
+            return self._combine(ends)
+
+    def _hold(self, ends: list) -> bool:
+        """Whether to plan no micro-batch yet: an input topic's producer is running its last
+        micro-batch (:func:`mark_ending`) whose rows and end of stream this batch would miss,
+        and so is every other input this batch would not take to its end.
+
+        Waiting for it makes the end of the input one micro-batch, whose tasks split
+        (:func:`split_branches`, ``final``) instead of a partial batch on one core followed by
+        an end-of-stream batch: the tail of a bounded deploy, when the other queries are done.
+        At most :data:`HOLD_SECONDS` in all, in case the producer stalls."""
+        if self.plan.fs is not None or getattr(self, "_held_since", 0.0) < 0:
+            return False
+        live = [x for x, e in zip(self.inputs, ends) if not e.get("eos")]
+        if not live or any(x.kind != "topic" or not _ending(x.planner.topic) for x in live):
+            return False    # an input with more to come: its rows are worth a micro-batch now
+        now = time_.monotonic()
+        first = getattr(self, "_held_since", None)
+        if first is None:
+            self._held_since = first = now
+        return now - first < HOLD_SECONDS
 
     def partitions(self, start: dict, end: dict) -> list:
         """The tasks of the micro-batch from ``start`` to ``end``: :class:`GroupPartition`."""
