@@ -743,7 +743,7 @@ class GroupPlanner:
             return self._combine([x.planner.initialOffset() for x in self.inputs])
 
     def prepare_available_now(self) -> None:
-        self._held_since = -HOLD_SECONDS   # no waiting: an empty batch ends such a query
+        self._never_hold = True   # an empty micro-batch ends such a query: never wait
         for x in self.inputs:
             x.planner.prepareForTriggerAvailableNow()
 
@@ -775,7 +775,7 @@ class GroupPlanner:
         (:func:`split_branches`, ``final``) instead of a partial batch on one core followed by
         an end-of-stream batch: the tail of a bounded deploy, when the other queries are done.
         At most :data:`HOLD_SECONDS` in all, in case the producer stalls."""
-        if self.plan.fs is not None or getattr(self, "_held_since", 0.0) < 0:
+        if self.plan.fs is not None or getattr(self, "_never_hold", False):
             return False
         live = [x for x, e in zip(self.inputs, ends) if not e.get("eos")]
         if not live or any(x.kind != "topic" or not _ending(x.planner.topic) for x in live):
