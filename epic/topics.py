@@ -718,6 +718,13 @@ class Topic:
         ids = [s.batch_id for s in self.segments() if s.producer == producer]
         return max(ids) if ids else None
 
+    def newest_batch_id(self, producer: str) -> int | None:
+        """Highest batch id among ``producer``'s segment files, None if there is none: a listing
+        only, without :meth:`segments`' checks (the batch may be partly renamed yet, and
+        retention may have deleted parts of older ones)."""
+        ids = [s.batch_id for s in self._list_final() if s.producer == producer]
+        return max(ids) if ids else None
+
     def _news(self, mine: list[SegmentInfo], watermark: int) -> bool:
         for s in reversed(mine):
             wm = self.segment_meta(s).watermark

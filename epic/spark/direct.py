@@ -673,10 +673,10 @@ def mark_ending(plan: GroupPlan) -> None:
             d = os.path.join(topic.root, ENDING)
             os.makedirs(d, exist_ok=True)
             atomic_json(os.path.join(d, f"{producer}.json"),
-                        {"producer": producer, "after": topic.last_batch_id(producer)},
+                        {"producer": producer, "after": topic.newest_batch_id(producer)},
                         indent=None)
-        except (OSError, AttributeError, TypeError):
-            pass   # the readers then do not wait: only the tail's speed depends on it
+        except Exception:  # noqa: BLE001 - readers then do not wait: only the tail's speed
+            pass           # depends on it, never a query
 
 
 def _ending(topic) -> bool:
@@ -691,9 +691,11 @@ def _ending(topic) -> bool:
         try:
             with open(os.path.join(d, name)) as f:
                 doc = json.load(f)
-            last = topic.last_batch_id(doc["producer"])
+            # the listing only: segments() would check batches retention cut (a wait must never
+            # fail the reader's query; its own reads check what it reads)
+            last = topic.newest_batch_id(doc["producer"])
             after = doc.get("after")
-        except (OSError, ValueError, KeyError, TypeError):
+        except Exception:  # noqa: BLE001
             continue
         if last is None or after is not None and last <= after:
             return True

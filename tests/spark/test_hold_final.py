@@ -149,3 +149,27 @@ def test_no_wait_while_another_input_has_more_to_come(debs, tmp_path):
                                [PlanInput("topic", Reader(topic)), PlanInput("source", None)], 10)
     assert not with_source._hold([{"eos": False}, {"seq": 3, "eos": False}])
     assert with_source._hold([{"eos": False}, {"seq": 3, "eos": True}])
+
+
+def test_the_wait_reads_a_listing_only_never_failing_on_a_batch_retention_cut(debs):
+    """Retention deletes by sequence number and may leave a later part of an old batch; the
+    topic's checked listing (``segments``) calls that corrupt. The wait and the mark use the
+    names alone: neither fails the query (the 'events' topic of a test deploy once did)."""
+    from epic.spark.direct import _ending
+
+    source, q3 = debs
+    topic, consumer = _reader_topic(q3)
+    gp, producer = _producer_of(source, topic)
+    temps = [topic.write_temp([_data(topic)], producer=producer, batch_id=0, part=p)
+             for p in (0, 1)]
+    topic.commit_batch(producer, 0, temps)
+    first = min(s.path for s in topic.segments() if s.part == 0)
+    os.remove(first)                                    # part 0 gone, part 1 kept
+    with pytest.raises(Exception):
+        topic.last_batch_id(producer)                   # the checked listing refuses it
+    mark_ending(gp)
+    doc = json.loads(open(os.path.join(topic.root, ENDING, f"{producer}.json")).read())
+    assert doc["after"] == 0
+    assert _ending(topic) and consumer._hold([{"eos": False}])
+    _commit(topic, producer, 1, rows=0, eos=True)
+    assert not _ending(topic) and not consumer._hold([{"eos": False}])
