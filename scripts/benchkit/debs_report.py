@@ -143,8 +143,8 @@ def case_missed(r: CaseResult, target_s: float, parquet_target_s: float | None =
     if r.runtime != "deploy" or split_case(r.case)[0] != "all" or r.wall_s is None:
         return None
     why = []
-    t = parquet_target_s if r.format == "parquet" and parquet_target_s is not None else target_s
-    if (not r.delays or timed_delays) and r.wall_s > t:
+    t, timed = _wall_rule(r.format, r.delays, target_s, parquet_target_s, timed_delays)
+    if timed and r.wall_s > t:
         why.append(f"{r.wall_s:.0f} s > {t:.0f} s target ({r.wall_s / t:.2f}x)")
     if peer_wall_s is not None and r.wall_s > peer_wall_s:
         why.append(f"slower than epic run of the same case ({r.wall_s:.1f} s > "
@@ -166,13 +166,19 @@ def peer_of(r: dict, cases: list[dict]) -> dict | None:
     return None
 
 
+def _wall_rule(fmt: str | None, delays: bool, target_s: float, parquet_target_s: float | None,
+               timed_delays: bool) -> tuple[float, bool]:
+    """``(seconds, applies)``: the wall-time target of an all-queries deploy case writing
+    ``fmt`` (Parquet's when it writes Parquet and one is set) and whether it applies (without
+    delay logging, or with it when ``timed_delays``)."""
+    t = parquet_target_s if fmt == "parquet" and parquet_target_s else target_s
+    return t, not delays or bool(timed_delays)
+
+
 def wall_target(results: dict, r: dict) -> tuple[float, bool]:
-    """The wall-time target of all-queries deploy case ``r`` (Parquet's for a Parquet case) and
-    whether it applies: without delay logging, or with it when ``results["timed_delays"]``."""
-    t = results["target_seconds"]
-    if r.get("format") == "parquet":
-        t = results.get("parquet_target_seconds") or t
-    return t, not r.get("delays", True) or bool(results.get("timed_delays"))
+    """:func:`_wall_rule` of all-queries deploy case ``r`` with the run's targets."""
+    return _wall_rule(r.get("format"), r.get("delays", True), results["target_seconds"],
+                      results.get("parquet_target_seconds"), bool(results.get("timed_delays")))
 
 
 def missed(results: dict, r: dict) -> str | None:
