@@ -30,7 +30,10 @@ delay logging (the issue's configuration, "15 CSV outputs of about 31 GB") ``all
 ``all`` and ``all@parquet``; and the four queries alone.
 
 Targets (exit 1 on a miss): every run succeeds; an all-queries case on ``epic deploy`` finishes
-no slower than the same case on ``epic run`` when that ran too (``all`` against ``all@run``),
+no slower than the same case on ``epic run`` when that ran too (``all`` against ``all@run``;
+with ``--peer-again``, the default, the peer runs again right after the deploy case, as
+``all@run#2``, and the deploy is held to the mean of the peer's two runs: the VM's speed drifts
+by tens of per cent within minutes, and a run before and one after cancel a steady drift),
 with a peak PSS of at most ``--mem-target-gb`` (default 4), and without delay logging within
 ``--target-seconds`` (default 150 s, CSV) or ``--parquet-target-seconds`` (default 100 s);
 ``--timed-delays`` applies those two to the cases with delay logging too (their outputs carry two
@@ -430,6 +433,21 @@ def _run_stats_top(path: Path) -> list:
     return sorted(rows, key=lambda t: -t[1])[:6]
 
 
+def peer_again(args, r: dict, done: list[dict]) -> str | None:
+    """The case to run right after case ``r``: its peer again (``<peer>#2``) when ``r`` is an
+    all-queries deploy case whose peer (the same case on ``epic run``, :func:`benchkit.
+    debs_report.peers_of`) ran once before it, and ``--peer-again`` is on; else None. The peer
+    before and after the deploy: their mean cancels a steady drift of the VM's speed."""
+    if not getattr(args, "peer_again", False) or r["runtime"] != "deploy" or \
+            split_case(r["case"])[0] != "all" or r["status"] != "ok":
+        return None
+    peers = report.peers_of(r, done)
+    if len(peers) != 1:
+        return None
+    again = f"{report.base_case(peers[0]['case'])}#2"
+    return None if any(c["case"] == again for c in done) else again
+
+
 def epic_command() -> str:
     """The ``epic`` of this checkout's .venv, else the one on PATH."""
     epic = str(ROOT / ".venv" / "bin" / "epic")
@@ -640,6 +658,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list, run in this order: q1..q4, all, each with @ modifiers "
                          "(run, deploy, parquet, csv, nodelays, joined by +); NAME:SECONDS sets "
                          "that case's timeout")
+    ap.add_argument("--peer-again", action=argparse.BooleanOptionalAction, default=True,
+                    help="run an all-queries deploy case's peer (the same case on epic run, "
+                         "run before it) again right after it, as <peer>#2, and compare the "
+                         "deploy with the mean of the two (default on: the VM's speed drifts "
+                         "by tens of per cent within minutes)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run (then killed)")
     ap.add_argument("--budget", type=float, default=None,
                     help="total seconds for all runs: a run's timeout is cut to what is left, and "
@@ -788,8 +811,10 @@ def main(argv: list[str] | None = None) -> int:
         full_timeout = args.timeout
         args.floors_done = set()
         per_case = case_timeouts(args.cases)
-        for case in cases:
-            args.timeout = per_case.get(case, full_timeout)
+        queue = list(cases)
+        while queue:
+            case = queue.pop(0)
+            args.timeout = per_case.get(case, per_case.get(report.base_case(case), full_timeout))
             if args.budget is not None:
                 left = args.budget - (time.perf_counter() - t_start)
                 if left < 60:
@@ -811,6 +836,9 @@ def main(argv: list[str] | None = None) -> int:
             json_path.write_text(json.dumps(results, indent=1, default=str))
             if r.status.startswith("failed") and r.log_tail:
                 console.print(f"[red]{case} log tail:[/]\n{r.log_tail[-600:]}")
+            again = peer_again(args, results["cases"][-1], results["cases"])
+            if again:
+                queue.insert(0, again)
         results["load_end"] = proc_tree.uptime()
         json_path.write_text(json.dumps(results, indent=1, default=str))
         console.print(f"results: {os.path.relpath(json_path, ROOT)}")

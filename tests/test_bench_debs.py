@@ -291,3 +291,50 @@ def test_encode_floor_counts_the_rows_and_bytes_of_pyarrows_writers(tmp_path):
     assert [r[0] for r in rows] == ["floor: encode all@parquet's rows as csv",
                                     "floor: encode all@parquet's rows as parquet"]
     assert rows[0][9] == "5,007"
+
+
+def test_peer_again_and_the_mean_of_its_runs():
+    import argparse
+
+    assert report.base_case("all@run+nodelays#2") == "all@run+nodelays"
+    assert report.split_case("all@run+nodelays#2") == ("all", "run")
+    assert report.case_mods("all@run+nodelays#2") == {"runtime": "run", "delays": False}
+    assert len(bd.case_files("all@run#2")) == 15
+    assert bd.parse_cases("all@run, all, all@run#2") == ["all@run", "all", "all@run#2"]
+    args = argparse.Namespace(peer_again=True)
+    run1 = _case("all@run+nodelays", "run", 130.0, delays=False)
+    dep = _case("all@nodelays", "deploy", 134.0, delays=False)
+    done = [run1, dep]
+    # the peer runs again right after the deploy, once
+    assert bd.peer_again(args, dep, done) == "all@run+nodelays#2"
+    assert bd.peer_again(argparse.Namespace(peer_again=False), dep, done) is None
+    assert bd.peer_again(args, run1, done) is None                      # not a deploy case
+    assert bd.peer_again(args, {**dep, "status": "failed"}, done) is None
+    assert bd.peer_again(args, _case("all@parquet", "deploy", 90.0, fmt="parquet"),
+                         done) is None                                   # no peer ran before it
+    assert bd.peer_again(args, _case("q1", "deploy", 50.0), done) is None
+    res = {"target_seconds": 150.0, "parquet_target_seconds": 100.0, "mem_target_gb": 4.0,
+           "cases": done}
+    # one peer run: slower than it
+    assert "134.0 s > 130.0 s, 1.031x" in report.missed(res, dep)
+    # the second run of the peer, slower: the deploy is held to the mean (130 + 140) / 2
+    run2 = _case("all@run+nodelays#2", "run", 140.0, delays=False)
+    done.append(run2)
+    assert bd.peer_again(args, dep, done) is None                       # it ran already
+    assert report.missed(res, dep) is None
+    assert report.peer_wall(dep, done) == (135.0, [130.0, 140.0])
+    # and faster: the mean 128 is beaten by 134, named with both runs
+    run2["wall_s"] = 126.0
+    why = report.missed(res, dep)
+    assert "134.0 s > 128.0 s (the mean of its runs: 130.0, 126.0 s), 1.047x" in why
+    # a failed second run does not count; another format's or delay logging's run neither
+    run2["status"] = "failed (rc 1)"
+    assert report.peer_wall(dep, done) == (130.0, [130.0])
+    done.append(_case("all@run", "run", 10.0))
+    assert report.peer_wall(dep, done) == (130.0, [130.0])
+    assert report.missed(res, run2) == "failed (rc 1)"
+    # the delay tables show the first run of a peer, not its repeat
+    for c in done:
+        c["streams"] = [{"stream": "q4.csv", "query": "q4"}]
+    assert [c["case"] for c in report.delay_cases({"cases": done})] == [
+        "all@run+nodelays", "all@nodelays", "all@run"]
