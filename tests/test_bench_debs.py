@@ -338,3 +338,9 @@ def test_peer_again_and_the_mean_of_its_runs():
         c["streams"] = [{"stream": "q4.csv", "query": "q4"}]
     assert [c["case"] for c in report.delay_cases({"cases": done})] == [
         "all@run+nodelays", "all@nodelays", "all@run"]
+    # the docs' verdict line names the ratio against the peer's runs
+    run2["status"] = "ok"
+    run2["wall_s"] = 140.0
+    assert report.peer_note(dep, done) == (" Against its peer: 0.993x (`epic run` 130.0, 140.0 s; "
+                                          "mean 135.0 s).")
+    assert report.peer_note(run1, done) == ""

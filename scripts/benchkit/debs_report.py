@@ -198,6 +198,17 @@ def wall_target(results: dict, r: dict) -> tuple[float, bool]:
                       results.get("parquet_target_seconds"), bool(results.get("timed_delays")))
 
 
+def peer_note(r: dict, cases: list[dict]) -> str:
+    """`` Against its peer: 0.906x (epic run 182.8, 169.1 s; mean 176.0 s).`` for a deploy case
+    with a peer, else ``""``."""
+    mean, walls = peer_wall(r, cases)
+    if mean is None or not r.get("wall_s"):
+        return ""
+    runs = ", ".join(f"{w:.1f}" for w in walls)
+    return (f" Against its peer: {r['wall_s'] / mean:.3f}x (`epic run` {runs} s"
+            + (f"; mean {mean:.1f} s" if len(walls) > 1 else "") + ").")
+
+
 def missed(results: dict, r: dict) -> str | None:
     """:func:`case_missed` of case ``r`` with the run's targets and its peer (the mean of the
     peer's runs, :func:`peer_wall`)."""
@@ -547,7 +558,7 @@ def docs_section(results: dict, notes: str, extras: list[dict] = ()) -> str:
                 (f"targets met** ({r['wall_s']:.0f} s <= {t:.0f} s)." if timed else
                  f"targets met** ({r['wall_s']:.0f} s; with delay logging the {t:.0f}-s "
                  "target is not applied).") if miss is None
-                else f"MISSED**: {miss}."))
+                else f"MISSED**: {miss}.") + peer_note(r, results["cases"]))
         elif miss is not None:
             verdicts.append(f"{r['case']}: {miss}.")
     if not any(r["case"] == "all" for r in results["cases"]):
