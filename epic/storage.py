@@ -333,11 +333,17 @@ class Location:
         On an object store a read is a HEAD (for the size) and a ranged GET: an object replaced in
         between is read cut to the old size. A cut JSON document does not parse (its closing
         bracket is its last byte), so a document that does not parse is read again; it is
-        corrupt only when two reads in a row return the same bytes.
+        corrupt only when two reads in a row return the same bytes and the parser did not stop
+        at their end. A parser stopping at the end or in an unterminated string (the document cut
+        short) is read again up to eight times in all, whatever the bytes: a record replaced over
+        and over is cut to the same prefix by different versions (``{"position": 10`` of 100 and
+        of 1000), which two equal reads took for corruption, and a consumer's position skipped
+        that way would have let retention delete what it still needed.
 
         Raises:
             FileNotFoundError: there is no such file.
-            ValueError: the file holds no JSON document (read twice, unchanged).
+            ValueError: the file holds no JSON document (read twice unchanged, or cut short eight
+                times).
         """
         if self.is_local:
             with open(self.path, "rb") as f:
@@ -347,8 +353,10 @@ class Location:
             data = self.read_bytes()
             try:
                 return json.loads(data)
-            except ValueError:
-                if data == prev:
+            except ValueError as e:
+                cut = isinstance(e, json.JSONDecodeError) and (
+                    e.pos >= len(e.doc) or e.msg.startswith("Unterminated string"))
+                if data == prev and not cut:
                     raise
                 prev = data
                 time.sleep(0.02 * (attempt + 1))

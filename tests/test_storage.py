@@ -390,3 +390,33 @@ def test_s3_topic_records_read_while_replaced_are_never_cut(s3):
     finally:
         stop.set()
         t.join()
+
+
+def test_a_record_cut_to_the_same_prefix_twice_is_read_again(tmp_path, monkeypatch):
+    """On an object store a record replaced over and over can be read cut to the same prefix
+    by two different versions (``{"position": 10`` of 100 and of 1000): that is a cut, read
+    again, not corruption; a document that parses wrong before its end, twice alike, is."""
+    import time as _time
+
+    from epic.storage import Location
+
+    loc = Location(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()), "p.json",
+                   "mem://p.json")
+    assert not loc.is_local
+    reads = []
+
+    def fake(self):
+        return reads.pop(0)
+
+    monkeypatch.setattr(Location, "read_bytes", fake)
+    monkeypatch.setattr(_time, "sleep", lambda s: None)
+    reads[:] = [b'{"position": 10', b'{"position": 10', b'{"position": 10', b'{"position": 100}']
+    assert loc.read_json() == {"position": 100}
+    reads[:] = [b'{"position": 1x}', b'{"position": 1x}', b'{"position": 2}']
+    with pytest.raises(ValueError):
+        loc.read_json()
+    assert reads == [b'{"position": 2}']           # corrupt after two equal reads
+    reads[:] = [b'{"pos'] * 8
+    with pytest.raises(ValueError):               # cut every time: corrupt after eight reads
+        loc.read_json()
+    assert reads == []
