@@ -50,7 +50,7 @@ from epic.spark.executor import (WORKER_KEEPS, cpu_slot, key_partition_of_task,
                                  prepare_worker, release_memory)
 from epic.spark.tags import HWM, IN, POS, RANK, STEP, WM, runs
 from epic.spark.trace import adopt, span
-from epic.storage import deferred_sync
+from epic.storage import deferred_sync, read_small_json
 
 __all__ = ["Output", "Branch", "GroupPlan", "GroupPlanner", "Committer", "PlanInput", "PTR_SCHEMA",
            "split_branches", "upstream_batches", "SPLIT_SECONDS", "SPLIT_SECONDS_FINAL"]
@@ -689,8 +689,7 @@ def _ending(topic) -> bool:
         return False
     for name in names:
         try:
-            with open(os.path.join(d, name)) as f:
-                doc = json.load(f)
+            doc = read_small_json(os.path.join(d, name))
             # the listing only: segments() would check batches retention cut (a wait must never
             # fail the reader's query; its own reads check what it reads)
             last = topic.newest_batch_id(doc["producer"])
@@ -717,6 +716,8 @@ class GroupPlanner:
         self.plan = plan
         self.inputs = inputs
         self.batch_rows = batch_rows
+        self._never_hold = False   # prepared for Trigger.AvailableNow (prepare_available_now)
+        self._held_since = None    # when _hold first held a micro-batch back
         adopt(plan.trace)
 
     def __getstate__(self):
@@ -726,6 +727,8 @@ class GroupPlanner:
         self.plan = state["plan"]
         self.batch_rows = state["batch_rows"]
         self.inputs = None
+        self._never_hold = False
+        self._held_since = None
         adopt(self.plan.trace)
 
     def _spool_root(self, i: int) -> str:
@@ -777,16 +780,15 @@ class GroupPlanner:
         (:func:`split_branches`, ``final``) instead of a partial batch on one core followed by
         an end-of-stream batch: the tail of a bounded deploy, when the other queries are done.
         At most :data:`HOLD_SECONDS` in all, in case the producer stalls."""
-        if self.plan.fs is not None or getattr(self, "_never_hold", False):
+        if self.plan.fs is not None or self._never_hold:
             return False
         live = [x for x, e in zip(self.inputs, ends) if not e.get("eos")]
         if not live or any(x.kind != "topic" or not _ending(x.planner.topic) for x in live):
             return False    # an input with more to come: its rows are worth a micro-batch now
         now = time_.monotonic()
-        first = getattr(self, "_held_since", None)
-        if first is None:
-            self._held_since = first = now
-        return now - first < HOLD_SECONDS
+        if self._held_since is None:
+            self._held_since = now
+        return now - self._held_since < HOLD_SECONDS
 
     def partitions(self, start: dict, end: dict) -> list:
         """The tasks of the micro-batch from ``start`` to ``end``: :class:`GroupPartition`."""
