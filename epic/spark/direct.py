@@ -46,7 +46,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 
 from epic.atomic import atomic_json, atomic_path
-from epic.spark.executor import (WORKER_KEEPS, cpu_slot, key_partition_of_task,
+from epic.spark.executor import (cpu_slot, keep_or_release, key_partition_of_task,
                                  prepare_worker, release_memory)
 from epic.spark.tags import HWM, IN, POS, RANK, STEP, WM, runs
 from epic.spark.trace import adopt, span
@@ -173,6 +173,8 @@ class GroupPlan:
             another in one task (:data:`epic.spark.planner.BRANCH_TASKS_CONF`).
         cpu_slots: with ``nice``, at most this many tasks of such queries of the deploy work at
             once on a machine (:func:`epic.spark.executor.cpu_slot`; 0: no limit).
+        keep_slots: the cores of a local master, 0 on a cluster: the memory the deploy's task
+            workers keep in all (:func:`epic.spark.executor.keep_or_release`).
         ranks: input index -> the stream's time column, for an input topic written by a keyed
             time or count window over several partitions (rows with ``_rank``): the parts of
             each of its batches are read merged (:func:`merge_parts`).
@@ -200,6 +202,7 @@ class GroupPlan:
     nice: int = 0
     branch_tasks: bool = False
     cpu_slots: int = 0
+    keep_slots: int = 0
     ranks: dict = field(default_factory=dict)
     costs: str = ""
     split_seconds: float = SPLIT_SECONDS
@@ -588,7 +591,7 @@ def _run_partition(plan: GroupPlan, part: GroupPartition) -> Iterator[pa.RecordB
         _finish(br, _rest(br, it, stream), msgs)
         costs.append((bi, time_.perf_counter() - t0))
     rows = keyed = it = None
-    release_memory(above=WORKER_KEEPS)
+    keep_or_release(plan.workdir, plan.keep_slots)
     msgs = [m for m in msgs if m is not None]
     n = upstream_batches(part.items) if plan.costs else 0
     if n:   # an empty micro-batch measures nothing
@@ -630,11 +633,39 @@ def _attached(br: Branch, it, msgs: list) -> None:
 def _finish(br: Branch, it, msgs: list) -> None:
     """Write a chain's outputs (appending their commit messages), then run its children."""
     if br.split:
-        by_port: dict[int, list] = {}
-        for pb in it:
-            by_port.setdefault(pb.port, []).append(pb.batch)
-        for o in br.outputs:
-            msgs.append(_encode(len(msgs), o.writer.write(iter(by_port.get(o.port, ())))))
+        # A topic output is written batch by batch as the split yields them (a DEBS splitter
+        # task held 240 MB of its three outputs' rows otherwise); other outputs and attached
+        # children get their port's rows as a list.
+        held = {o.port for o in br.outputs if not hasattr(o.writer, "open_push")}
+        held |= {port for port, _ in br.children}
+        slots = list(range(len(msgs), len(msgs) + len(br.outputs)))
+        msgs.extend([None] * len(br.outputs))
+        pushes: dict[int, list] = {}
+        try:
+            for o in br.outputs:
+                if o.port not in held:
+                    pushes.setdefault(o.port, []).append(o.writer.open_push())
+            by_port: dict[int, list] = {}
+            for pb in it:
+                for push in pushes.get(pb.port, ()):
+                    push.add(pb.batch)
+                if pb.port in held:
+                    by_port.setdefault(pb.port, []).append(pb.batch)
+        except BaseException:
+            for ps in pushes.values():
+                for push in ps:
+                    push.discard()
+            raise
+        try:
+            for slot, o in zip(slots, br.outputs):
+                msg = (pushes[o.port].pop(0).close() if o.port not in held
+                       else o.writer.write(iter(by_port.get(o.port, ()))))
+                msgs[slot] = _encode(slot, msg)
+        except BaseException:
+            for ps in pushes.values():
+                for push in ps:
+                    push.discard()
+            raise
         for port, child in br.children:
             _attached(child, iter(by_port.get(port, ())), msgs)
         return
@@ -810,6 +841,8 @@ class GroupPlanner:
                                   plan.fs)
                     items.append((i, path, "spool"))
                     rows.append(sum(c.num_rows for c in chunk))
+                chunk = None
+                x.planner.spooled(a, b)
         items = tuple(items)
         sp["rows"] = sum(rows)
         self._count(end, sum(rows))

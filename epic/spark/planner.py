@@ -427,9 +427,11 @@ class DeployPlan:
         branch_tasks: siblings' branches in tasks of their own (:data:`BRANCH_TASKS_CONF`;
             None: as ``source_first``).
         source_first: :data:`SOURCE_FIRST_CONF`.
-        cpu_slots: with ``source_first``, the niced tasks work at most this many at once on a
-            machine (:func:`epic.spark.executor.cpu_slot`; the cores of a local master; 0: no
-            limit).
+        cpu_slots: the cores of a local master (0: a cluster): with ``source_first``, the niced
+            tasks work at most this many at once on a machine
+            (:func:`epic.spark.executor.cpu_slot`), and the task workers' memory budget is this
+            many :data:`epic.spark.executor.WORKERS_KEEP_PER_SLOT`
+            (:func:`epic.spark.executor.keep_or_release`).
         split_seconds: :data:`SPLIT_SECONDS_CONF` (None: its default).
     """
 
@@ -462,6 +464,7 @@ class DeployPlan:
         self.source_first = bool(source_first)
         self.branch_tasks = self.source_first if branch_tasks is None else bool(branch_tasks)
         self.cpu_slots = max(0, int(cpu_slots)) if self.source_first else 0
+        self.local_cores = max(0, int(cpu_slots))
         self.split_seconds = SPLIT_SECONDS if split_seconds is None else float(split_seconds)
         self.sinks = [n for n in self.order if isinstance(n, SinkNode)]
         self.groups = plan_groups(topology, fuse)
@@ -699,7 +702,7 @@ class DeployPlan:
             else 0,
             branch_tasks=self.branch_tasks and st is not None and len(branches) > 1,
             cpu_slots=0 if reads_source or not self.background_nice else self.cpu_slots,
-            ranks=ranks, split_seconds=self.split_seconds,
+            keep_slots=self.local_cores, ranks=ranks, split_seconds=self.split_seconds,
             # siblings' measured costs (direct.split_branches), on the driver's disk
             costs=(os.path.join(self.workdir, "stats", f"{safe}.branches.json")
                    if st is not None and len(branches) > 1 and self.loc is None else ""))

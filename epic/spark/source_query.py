@@ -343,6 +343,15 @@ class SourcePlanner:
         out = [self._planned[i][1] for i in range(a, b) if self._planned[i][1] is not None]
         return out if self.bounded else coalesced(out)
 
+    def spooled(self, start: dict, end: dict) -> None:
+        """The micro-batch from ``start`` to ``end`` is in files its tasks read: a bounded
+        source's planner lets go of its batches (128 MB of the DEBS game's columns, held until
+        the micro-batch commits otherwise); a later :meth:`planned` of it regenerates them from
+        the source. A live source keeps them: it cannot be read again."""
+        if self.bounded:
+            for i in range(int(start["seq"]), int(end["seq"])):
+                self._planned.pop(i, None)
+
     def commit(self, end: dict) -> None:
         seq = int(end["seq"])
         for k in [k for k in self._planned if k < seq]:

@@ -52,7 +52,7 @@ from epic.spark.offsets import (batch_markers, checkpoint_is_fresh, combine_mark
                                      combine_step)
 from epic.topics import TempSegment, Topic
 
-__all__ = ["TopicStreamWriter", "TopicCommitMessage"]
+__all__ = ["TopicStreamWriter", "TopicCommitMessage", "TopicPush"]
 
 
 @dataclass(frozen=True)
@@ -111,39 +111,39 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
         return got
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TopicCommitMessage:
-        prepare_worker()
-        batch_id, part = task_ids()
-        writer = None
+        push = self.open_push()
         try:
             for batch in iterator:
-                if batch.num_rows == 0:
-                    continue
-                if writer is None:
-                    watermark, eos, step = self._batch_markers(batch_id)
-                    if self.state_dir is not None:
-                        from epic.spark.tasks import partition_marker
-
-                        # The snapshot of this partition's node task of this batch: written
-                        # before the task yielded its first row.
-                        own = partition_marker(self.state_dir, part, batch_id)
-                        if own is not None:
-                            watermark, eos = own
-                        from epic.spark.tasks import StateStore
-
-                        got = StateStore(self.state_dir, part).summary_before(batch_id + 1)
-                        if got is not None and got[2] is not None and step is not None:
-                            step = min(step, got[2])   # the steps the node took
-                    writer = self.topic.open_temp(producer=self.producer, batch_id=batch_id,
-                                                  part=part, watermark=watermark, eos=eos,
-                                                  step=step)
-                writer.write(batch)
+                push.add(batch)
         except BaseException:
-            if writer is not None:
-                writer.discard()
+            push.discard()
             raise
-        if writer is None:
-            return TopicCommitMessage(None)
-        return TopicCommitMessage(writer.close(), writer.meta.watermark, writer.meta.eos)
+        return push.close()
+
+    def open_push(self) -> TopicPush:
+        """:meth:`write`, fed one batch at a time: a task with several outputs (a split) writes
+        each batch as it is produced instead of holding the micro-batch's rows of every output
+        until the last one is known."""
+        prepare_worker()
+        return TopicPush(self, *task_ids())
+
+    def _open_temp(self, batch_id: int, part: int):
+        watermark, eos, step = self._batch_markers(batch_id)
+        if self.state_dir is not None:
+            from epic.spark.tasks import partition_marker
+
+            # The snapshot of this partition's node task of this batch: written
+            # before the task yielded its first row.
+            own = partition_marker(self.state_dir, part, batch_id)
+            if own is not None:
+                watermark, eos = own
+            from epic.spark.tasks import StateStore
+
+            got = StateStore(self.state_dir, part).summary_before(batch_id + 1)
+            if got is not None and got[2] is not None and step is not None:
+                step = min(step, got[2])   # the steps the node took
+        return self.topic.open_temp(producer=self.producer, batch_id=batch_id, part=part,
+                                    watermark=watermark, eos=eos, step=step)
 
     def commit(self, messages: list[TopicCommitMessage | None], batchId: int) -> None:
         watermark, eos, step = self._batch_markers(batchId)
@@ -172,3 +172,32 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[TopicCommitMessage | None], batchId: int) -> None:
         # The retry of this batch writes fresh temps; these are garbage now.
         self.topic._delete(m.temp.path for m in messages if m is not None and m.temp is not None)
+
+
+class TopicPush:
+    """One task's write of one micro-batch into a topic (:meth:`TopicStreamWriter.open_push`):
+    :meth:`add` each batch, then :meth:`close` for the commit message, or :meth:`discard` on an
+    error. The temp segment is opened at the first row."""
+
+    def __init__(self, owner: TopicStreamWriter, batch_id: int, part: int):
+        self._owner = owner
+        self._batch_id = batch_id
+        self._part = part
+        self._writer = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if self._writer is None:
+            self._writer = self._owner._open_temp(self._batch_id, self._part)
+        self._writer.write(batch)
+
+    def close(self) -> TopicCommitMessage:
+        w = self._writer
+        if w is None:
+            return TopicCommitMessage(None)
+        return TopicCommitMessage(w.close(), w.meta.watermark, w.meta.eos)
+
+    def discard(self) -> None:
+        if self._writer is not None:
+            self._writer.discard()

@@ -105,3 +105,41 @@ def test_planner_replay_rebuilds_the_reorder_buffer(tmp_path):
         assert [b.to_pylist() for b in again.planned(start, end)] == batches
     assert again.latestOffset(first[-1][1], ReadMaxRows(7)) == first[-1][1]
     assert late.read_text() == want_late
+
+
+@pytest.mark.parametrize("slack", [None, 6])
+def test_planner_lets_go_of_spooled_batches_and_regenerates_them(tmp_path, slack):
+    """No JVM: once a micro-batch is spooled (``spooled``) the planner of a bounded source holds
+    none of its batches; asked for them again it plans the same rows, and the micro-batches
+    after it are what they were."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from epic.spark.source_query import SourcePlanner
+
+    rows = _rows(5)
+    t = epic.Topology("spooled")
+    s = t.source("events", epic.iterator_source(
+        lambda: iter(rows), schema=SCHEMA, time="ts", unit="s", batch_rows=7, slack=slack,
+        punctuation="hb" if slack else None,
+        late_file=str(tmp_path / "late.csv") if slack else None))
+    t.sink("out", s, epic.collect_sink())
+    node = t.nodes["events"]
+    want = _plan_all(SourcePlanner(node, source_index=0, n_sources=1),
+                     SourcePlanner(node, source_index=0, n_sources=1).initialOffset(),
+                     ReadMaxRows(10))
+    assert len(want) > 3
+    p = SourcePlanner(node, source_index=0, n_sources=1, prefetch=True)
+    start, got = p.initialOffset(), []
+    while True:
+        end = p.latestOffset(start, ReadMaxRows(10))
+        if end["seq"] == start["seq"] and end.get("eos"):
+            break
+        first = [b.to_pylist() for b in p.planned(start, end)]
+        p.spooled(start, end)
+        assert not any(start["seq"] <= i < end["seq"] for i in p._planned)
+        assert [b.to_pylist() for b in p.planned(start, end)] == first   # regenerated
+        p.spooled(start, end)
+        got.append((start, end, first))
+        p.commit(end)
+        start = end
+    assert got == want

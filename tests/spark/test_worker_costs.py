@@ -48,20 +48,23 @@ def test_freeze_is_redone_when_modules_were_imported(monkeypatch):
         del sys.modules[name]
 
 
-def test_local_deploy_jvm_compiles_with_c1_unless_told_otherwise(monkeypatch):
+def test_local_deploy_jvm_compiles_with_c1_and_collects_serially_unless_told_otherwise(monkeypatch):
     from pyspark import SparkContext
 
-    from epic.spark.runtime import LOCAL_JIT, local_jit
+    from epic.spark.runtime import LOCAL_GC, LOCAL_JIT, local_jit
 
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)
     opts = "spark.driver.extraJavaOptions"
-    assert local_jit(None, {})[opts] == LOCAL_JIT
-    assert local_jit("local[2]", {opts: "-Dx=1"})[opts] == f"{LOCAL_JIT} -Dx=1"
-    mine = {opts: "-XX:-TieredCompilation"}
-    assert local_jit("local[2]", mine) == mine                  # the user's JIT setting wins
+    both = f"{LOCAL_JIT} {LOCAL_GC}"
+    assert local_jit(None, {})[opts] == both
+    assert local_jit("local[2]", {opts: "-Dx=1"})[opts] == f"{both} -Dx=1"
+    mine = {opts: "-XX:-TieredCompilation"}                    # the user's JIT setting wins
+    assert local_jit("local[2]", mine)[opts] == f"{LOCAL_GC} -XX:-TieredCompilation"
+    mine = {opts: "-XX:+UseG1GC -XX:TieredStopAtLevel=4"}        # and their collector
+    assert local_jit("local[2]", mine) == mine
     assert local_jit("spark://h:7077", {}) == {}                 # a cluster's JVMs: untouched
-    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=4")
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=4 -XX:+UseParallelGC")
     assert local_jit("local[2]", {}) == {}
     monkeypatch.delenv("JAVA_TOOL_OPTIONS")
     monkeypatch.setattr(SparkContext, "_active_spark_context", object())
@@ -162,3 +165,55 @@ def test_a_worker_allocates_arrow_buffers_with_the_tuned_system_malloc(user_pool
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out[0] == (user_pool or "system")
+
+
+def test_workers_keep_their_memory_within_the_deploys_budget(monkeypatch, tmp_path):
+    """keep_or_release: up to WORKER_KEEPS a worker always keeps its cache; past it, only while
+    what the deploy's live workers recorded, with its own, stays within the budget of its slots;
+    a worker that exited counts for nothing; without slots (a cluster) the threshold alone."""
+    import epic.spark.executor as ex
+
+    mib = 1 << 20
+    monkeypatch.setattr(ex, "WORKER_KEEPS", 384 * mib)
+    monkeypatch.setattr(ex, "WORKERS_KEEP_PER_SLOT", 500 * mib)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    rss = {"now": 0}
+    released = []
+
+    def release(above=0):
+        if above and rss["now"] <= above:
+            return
+        released.append(rss["now"] // mib)
+        rss["now"] = 150 * mib
+
+    monkeypatch.setattr(ex, "_resident_bytes", lambda: rss["now"])
+    monkeypatch.setattr(ex, "release_memory", release)
+    key = str(tmp_path / "wd")
+    d = ex.cpu_slot_dir(key)
+    os.makedirs(d)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open(os.path.join(d, f"keep-{dead.pid}"), "w") as f:   # exited: counts for nothing
+        f.write(str(900 * mib))
+    with open(os.path.join(d, f"keep-{os.getppid()}"), "w") as f:   # a live "other worker"
+        f.write(str(300 * mib))
+
+    def end_task(mb, slots=2):
+        rss["now"] = mb * mib
+        ex.keep_or_release(key, slots)
+        with open(os.path.join(d, f"keep-{os.getpid()}")) as f:
+            return int(f.read()) // mib
+
+    assert end_task(380) == 380 and released == []          # under WORKER_KEEPS: kept
+    assert end_task(650) == 650 and released == []          # 650 + 300 <= 2 x 500
+    assert not os.path.exists(os.path.join(d, f"keep-{dead.pid}"))
+    assert end_task(750) == 150 and released == [750]       # 750 + 300 > 1000: handed back
+    assert end_task(690, slots=3) == 690                     # three slots: 1500
+    with open(os.path.join(d, f"keep-{os.getppid()}"), "w") as f:
+        f.write(str(900 * mib))
+    assert end_task(390) == 150 and released[-1] == 390      # the other worker took the budget
+    rss["now"] = 700 * mib
+    ex.keep_or_release(None, 0)                              # a cluster: the threshold alone
+    assert released[-1] == 700
