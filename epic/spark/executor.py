@@ -217,12 +217,13 @@ def keep_or_release(key: str | None, slots: int) -> None:
     task frees about 340 MB of its 470 MB working set, and the kernel zeroes every page again:
     about 1 s of system time per GB). Up to :data:`WORKER_KEEPS` a worker always keeps it. Past
     that, with a local deploy's CPU slots (``key``: the deploy, as for :func:`cpu_slot`;
-    ``slots`` > 0), it keeps it while the resident memory its deploy's task workers keep in all
-    stays under :data:`WORKERS_KEEP_PER_SLOT` times ``slots``: each records what it keeps in a
-    file next to the slots' lock files, and the decisions are taken one at a time under a lock.
-    Spark's idle workers therefore hold a bounded total (four workers keeping 640 MB each had
-    put a deploy of the DEBS game over 4 GiB), and the one with the large task keeps what it
-    needs. Without slots (a cluster), :func:`release_memory` past :data:`WORKER_KEEPS`."""
+    ``slots`` > 0), it keeps it while the resident memory of its deploy's task workers, its own
+    and the others' as it is at that moment (a worker in a task counts its working set), stays
+    under :data:`WORKERS_KEEP_PER_SLOT` times ``slots``: each worker records itself in a file
+    next to the slots' lock files, and the decisions are taken one at a time under a lock.
+    Spark's idle workers therefore hold a bounded total that shrinks while the running tasks
+    need more (four workers keeping 640 MB each had put a deploy of the DEBS game over 4 GiB).
+    Without slots (a cluster), :func:`release_memory` past :data:`WORKER_KEEPS`."""
     rss = _resident_bytes()
     if not key or slots <= 0:
         release_memory(above=WORKER_KEEPS)
@@ -251,9 +252,12 @@ def keep_or_release(key: str | None, slots: int) -> None:
 
 
 def _kept_by_others(d: str) -> int:
-    """What the other live task workers recorded in ``d`` (:func:`keep_or_release`)."""
+    """The resident memory of the other live task workers that recorded in ``d``
+    (:func:`keep_or_release`): what it is now (a worker in a task counts its working set), or
+    what it recorded where ``/proc`` cannot tell."""
     me = os.getpid()
     total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
     for name in os.listdir(d):
         if not name.startswith("keep-") or name == f"keep-{me}":
             continue
@@ -262,6 +266,12 @@ def _kept_by_others(d: str) -> int:
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(d, name))
             continue
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * page
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
         try:
             with open(os.path.join(d, name)) as f:
                 total += int(f.read() or 0)

@@ -169,15 +169,16 @@ def test_a_worker_allocates_arrow_buffers_with_the_tuned_system_malloc(user_pool
 
 def test_workers_keep_their_memory_within_the_deploys_budget(monkeypatch, tmp_path):
     """keep_or_release: up to WORKER_KEEPS a worker always keeps its cache; past it, only while
-    what the deploy's live workers recorded, with its own, stays within the budget of its slots;
-    a worker that exited counts for nothing; without slots (a cluster) the threshold alone."""
+    the resident memory of the deploy's live workers as it is now (not as they recorded it),
+    with its own, stays within the budget of its slots; a worker that exited counts for nothing;
+    without slots (a cluster) the threshold alone."""
+    import tempfile
+
     import epic.spark.executor as ex
 
     mib = 1 << 20
     monkeypatch.setattr(ex, "WORKER_KEEPS", 384 * mib)
     monkeypatch.setattr(ex, "WORKERS_KEEP_PER_SLOT", 500 * mib)
-    import tempfile
-
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     rss = {"now": 0}
     released = []
@@ -197,23 +198,30 @@ def test_workers_keep_their_memory_within_the_deploys_budget(monkeypatch, tmp_pa
     dead.wait()
     with open(os.path.join(d, f"keep-{dead.pid}"), "w") as f:   # exited: counts for nothing
         f.write(str(900 * mib))
-    with open(os.path.join(d, f"keep-{os.getppid()}"), "w") as f:   # a live "other worker"
-        f.write(str(300 * mib))
+    # another worker, resident about 210 MB now whatever it recorded
+    other = subprocess.Popen([sys.executable, "-c", "import sys, time\nb = b'x' * (200 << 20)\n"
+                              "print('ready', flush=True)\ntime.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "ready"
+        with open(os.path.join(d, f"keep-{other.pid}"), "w") as f:
+            f.write(str(1 * mib))
 
-    def end_task(mb, slots=2):
-        rss["now"] = mb * mib
-        ex.keep_or_release(key, slots)
-        with open(os.path.join(d, f"keep-{os.getpid()}")) as f:
-            return int(f.read()) // mib
+        def end_task(mb, slots=2):
+            rss["now"] = mb * mib
+            ex.keep_or_release(key, slots)
+            with open(os.path.join(d, f"keep-{os.getpid()}")) as f:
+                return int(f.read()) // mib
 
-    assert end_task(380) == 380 and released == []          # under WORKER_KEEPS: kept
-    assert end_task(650) == 650 and released == []          # 650 + 300 <= 2 x 500
-    assert not os.path.exists(os.path.join(d, f"keep-{dead.pid}"))
-    assert end_task(750) == 150 and released == [750]       # 750 + 300 > 1000: handed back
-    assert end_task(690, slots=3) == 690                     # three slots: 1500
-    with open(os.path.join(d, f"keep-{os.getppid()}"), "w") as f:
-        f.write(str(900 * mib))
-    assert end_task(390) == 150 and released[-1] == 390      # the other worker took the budget
+        assert end_task(380) == 380 and released == []      # under WORKER_KEEPS: kept
+        assert end_task(700) == 700 and released == []      # 700 + ~210 <= 2 x 500
+        assert not os.path.exists(os.path.join(d, f"keep-{dead.pid}"))
+        assert end_task(850) == 150 and released == [850]   # 850 + ~210 > 1000: handed back
+        assert end_task(1200, slots=3) == 1200               # three slots: 1500
+    finally:
+        other.kill()
+        other.wait()
+    assert end_task(990) == 990                              # the other worker exited
     rss["now"] = 700 * mib
     ex.keep_or_release(None, 0)                              # a cluster: the threshold alone
     assert released[-1] == 700
