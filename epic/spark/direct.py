@@ -641,28 +641,22 @@ def _finish(br: Branch, it, msgs: list) -> None:
         slots = list(range(len(msgs), len(msgs) + len(br.outputs)))
         msgs.extend([None] * len(br.outputs))
         pushes: dict[int, list] = {}
+        by_port: dict[int, list] = {}
         try:
             for o in br.outputs:
                 if o.port not in held:
                     pushes.setdefault(o.port, []).append(o.writer.open_push())
-            by_port: dict[int, list] = {}
             for pb in it:
                 for push in pushes.get(pb.port, ()):
                     push.add(pb.batch)
                 if pb.port in held:
                     by_port.setdefault(pb.port, []).append(pb.batch)
-        except BaseException:
-            for ps in pushes.values():
-                for push in ps:
-                    push.discard()
-            raise
-        try:
             for slot, o in zip(slots, br.outputs):
                 msg = (pushes[o.port].pop(0).close() if o.port not in held
                        else o.writer.write(iter(by_port.get(o.port, ()))))
                 msgs[slot] = _encode(slot, msg)
         except BaseException:
-            for ps in pushes.values():
+            for ps in pushes.values():   # the ones not closed yet
                 for push in ps:
                     push.discard()
             raise

@@ -224,7 +224,6 @@ def keep_or_release(key: str | None, slots: int) -> None:
     Spark's idle workers therefore hold a bounded total that shrinks while the running tasks
     need more (four workers keeping 640 MB each had put a deploy of the DEBS game over 4 GiB).
     Without slots (a cluster), :func:`release_memory` past :data:`WORKER_KEEPS`."""
-    rss = _resident_bytes()
     if not key or slots <= 0:
         release_memory(above=WORKER_KEEPS)
         return
@@ -240,6 +239,7 @@ def keep_or_release(key: str | None, slots: int) -> None:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        rss = _resident_bytes()
         if rss > WORKER_KEEPS and rss + _kept_by_others(d) > WORKERS_KEEP_PER_SLOT * slots:
             release_memory()
             rss = _resident_bytes()
@@ -252,30 +252,21 @@ def keep_or_release(key: str | None, slots: int) -> None:
 
 
 def _kept_by_others(d: str) -> int:
-    """The resident memory of the other live task workers that recorded in ``d``
-    (:func:`keep_or_release`): what it is now (a worker in a task counts its working set), or
-    what it recorded where ``/proc`` cannot tell."""
-    me = os.getpid()
-    total = 0
+    """The resident memory, as it is now, of the other task workers that recorded themselves in
+    ``d`` (:func:`keep_or_release`); the record of a worker that exited is removed."""
+    me = f"keep-{os.getpid()}"
     page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
     for name in os.listdir(d):
-        if not name.startswith("keep-") or name == f"keep-{me}":
+        if not name.startswith("keep-") or name == me:
             continue
-        pid = name[5:]
-        if not os.path.exists(f"/proc/{pid}"):   # a worker that exited keeps nothing
+        try:
+            with open(f"/proc/{name[5:]}/statm") as f:
+                total += int(f.read().split()[1]) * page
+        except FileNotFoundError:   # a worker that exited keeps nothing
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(d, name))
-            continue
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * page
-            continue
         except (OSError, ValueError, IndexError):
-            pass
-        try:
-            with open(os.path.join(d, name)) as f:
-                total += int(f.read() or 0)
-        except (OSError, ValueError):
             pass
     return total
 

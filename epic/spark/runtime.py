@@ -852,7 +852,7 @@ def _start_and_run(topology: Topology, wd: str, driver: str, started: float, *, 
         with span("stop", topology.name, "driver"):
             launcher.stop(drain=10.0 if state == "finished" else 0.0)
         # the slots' lock files and the workers' memory records (every task has returned)
-        if (plan.cpu_slots or plan.local_cores) and state == "finished":
+        if plan.local_cores and state == "finished":
             from epic.spark.executor import remove_cpu_slots
 
             remove_cpu_slots(plan.workdir)
