@@ -1008,7 +1008,8 @@ class _Sinks:
         out = epic.parquet_sink(path, columns=list(columns),
                                 delays=o.delays).output_schema(stream.schema)
         self.t.sink(f"{name}_{o.format}", stream, epic.parquet_sink(
-            path, columns=list(columns), delays=o.delays, options=parquet_options(name, out)))
+            path, columns=list(columns), delays=o.delays, options=parquet_options(name, out),
+            required=True))
 
 
 def parquet_options(name: str, schema: pa.Schema) -> dict:

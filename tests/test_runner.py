@@ -195,6 +195,68 @@ def test_parquet_sink_options_reach_the_writer(tmp_path):
     assert pq.read_table(tmp_path / "o2.parquet").to_pylist() == rows
 
 
+def _max_def_levels(path) -> dict:
+    """Column name -> its Parquet definition level (0: REQUIRED, 1: OPTIONAL)."""
+    sch = pq.ParquetFile(path).schema
+    return {sch.column(i).name: sch.column(i).max_definition_level for i in range(len(sch))}
+
+
+def test_parquet_sink_required_columns_are_written_without_definition_levels(tmp_path):
+    """``required=True``: every column (the delay columns too) REQUIRED, read back not nullable;
+    ``required=[...]``: those only; the rows are those of the stream either way."""
+    rows = events(300)
+    t = epic.Topology("w", delay_logging=True)
+    s = t.source("s", epic.iterator_source(rows, schema=SCH, time="ts", unit="ms"))
+    t.sink("all", s, epic.parquet_sink(tmp_path / "all.parquet", delays=True, required=True))
+    t.sink("some", s, epic.parquet_sink(tmp_path / "some.parquet", columns=["ts", "v"],
+                                        required=["v"]))
+    t.sink("none", s, epic.parquet_sink(tmp_path / "none.parquet"))
+    epic.run(t)
+    assert _max_def_levels(tmp_path / "all.parquet") == {
+        "entry_time": 0, "write_time": 0, "sid": 0, "ts": 0, "v": 0}
+    assert _max_def_levels(tmp_path / "some.parquet") == {"ts": 1, "v": 0}
+    assert set(_max_def_levels(tmp_path / "none.parquet").values()) == {1}
+    got = pq.read_table(tmp_path / "all.parquet")
+    assert not any(f.nullable for f in got.schema)
+    assert got.select(["sid", "ts", "v"]).to_pylist() == rows
+    assert pq.read_table(tmp_path / "some.parquet").to_pylist() == [
+        {"ts": r["ts"], "v": r["v"]} for r in rows]
+    assert pq.read_table(tmp_path / "none.parquet").to_pylist() == rows
+
+
+def test_a_null_in_a_required_parquet_column_stops_the_run_naming_file_and_column(tmp_path):
+    rows = events(20)
+    rows[13]["v"] = None
+    t = epic.Topology("w")
+    s = t.source("s", epic.iterator_source(rows, schema=SCH, time="ts", unit="ms"))
+    t.sink("pq", s, epic.parquet_sink(tmp_path / "o.parquet", required=True))
+    with pytest.raises(epic.errors.EpicError,
+                       match=r"o\.parquet.*column 'v' holds 1 nulls.*required.*Fix: leave the "
+                             r"column out of required="):
+        epic.run(t)
+    assert not (tmp_path / "o.parquet").exists()   # a run's file is complete or absent
+    # the same rows without required: the null is written as a null
+    t = epic.Topology("w")
+    s = t.source("s", epic.iterator_source(rows, schema=SCH, time="ts", unit="ms"))
+    t.sink("pq", s, epic.parquet_sink(tmp_path / "o.parquet", required=["sid", "ts"]))
+    epic.run(t)
+    assert pq.read_table(tmp_path / "o.parquet").to_pylist() == rows
+
+
+@pytest.mark.parametrize("required, match", [
+    (["nonesuch"], r"required columns \['nonesuch'\] are not written; choose from"),
+    (["sid"], r"required columns \['sid'\] are not written"),   # not in columns=
+    ("ts", r"required='ts': give True or a list of columns"),
+])
+def test_parquet_sink_bad_required_columns_are_refused_when_built(tmp_path, required, match):
+    t = epic.Topology("w")
+    s = t.source("s", epic.iterator_source(events(3), schema=SCH, time="ts", unit="ms"))
+    with pytest.raises((epic.errors.SpecError, epic.errors.TopologyError), match=match):
+        t.sink("pq", s, epic.parquet_sink(tmp_path / "o.parquet", columns=["ts", "v"],
+                                          required=required))
+        t.validate()
+
+
 @pytest.mark.parametrize("options, match", [
     ({"compresion": "zstd"}, r"not accepted by pyarrow.parquet.ParquetWriter"),
     ({"compression": "nonesuch"}, r"not accepted by pyarrow.parquet.ParquetWriter"),

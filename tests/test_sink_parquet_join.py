@@ -88,6 +88,41 @@ def test_commits_append_to_one_file_and_the_end_renames_it(writer):
     assert pq.read_table(fx.path).to_pylist() == _rows(done)
 
 
+def test_parts_are_not_fsynced_the_joined_file_is(writer, monkeypatch):
+    """A task's part need not reach the disk (the commit copies it and fsyncs the copy; a
+    crash before the commit replays the batch): its write fsyncs nothing, the commit fsyncs
+    the joined file."""
+    synced = []
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+    monkeypatch.setattr(os, "fsync", fsync)
+    fx = writer
+    msgs = _batch(fx, 0, [[1, 2], [3]])
+    assert all(m.path and os.path.exists(m.path) for m in msgs)
+    assert not [p for p in synced if p.endswith(".parquet") or p.endswith(".tmp")], synced
+    fx.w.commit(msgs, 0)
+    assert str(fx.meta / "joined.d1.parquet") in synced, synced
+
+
+def test_required_columns_stay_required_through_parts_and_joins(tmp_path, monkeypatch):
+    """A sink's REQUIRED columns (``required=True``): every task's part and the joined file
+    have them, and the joined rows are the parts' in order."""
+    ends = set()
+    w, task = sink_writer(tmp_path, monkeypatch, epic.parquet_sink(
+        str(tmp_path / "out" / "o.parquet"), required=True), ends)
+    batches = [[[1, 2, 3], [4]], [[5], []], [[6, 7], [8]]]
+    for b, parts in enumerate(batches):
+        if b == len(batches) - 1:
+            ends.add(b)
+        w.commit([task(b, i, vals) for i, vals in enumerate(parts)], b)
+    path = tmp_path / "out" / "o.parquet"
+    assert pq.read_table(path).to_pylist() == _rows(batches)
+    sch = pq.ParquetFile(path).schema
+    assert [sch.column(i).max_definition_level for i in range(len(sch))] == [0, 0]
+    assert not any(f.nullable for f in pq.read_schema(path))
+
+
 @pytest.mark.parametrize("where", ["parquet-commit", "footer", "record", "parquet-final",
                                    "end-record"])
 def test_a_commit_that_dies_anywhere_is_retried_to_the_same_file(writer, monkeypatch, where):

@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
+from ..errors import OutputError
 from ..operator import ENTRY_COLUMN
 from ..sinks import Sink
 
@@ -38,6 +39,10 @@ class SinkOperator:
         self.output_schema = sink.output_schema(schema)
         self._names = [n for n in self.output_schema.names
                        if not (sink.delays and n in sink.delay_columns[:2])]
+        #: positions in the row of the columns a Parquet sink writes as REQUIRED
+        req = getattr(sink, "required", False)
+        self._required = [i for i, f in enumerate(self.output_schema)
+                          if req is True or (req and f.name in req)]
         self._writer = None
         self._watermark: int | None = None
         self.rows = 0
@@ -56,6 +61,13 @@ class SinkOperator:
             now = self.clock()
             arrays = [batch.column(ENTRY_COLUMN),
                       pa.array(np.full(batch.num_rows, now, dtype=np.int64))] + arrays
+        for i in self._required:
+            if arrays[i].null_count:
+                raise OutputError(getattr(self.sink, "path", self.node), (
+                    f"column {self.output_schema.field(i).name!r} holds "
+                    f"{arrays[i].null_count} nulls in this batch, but the sink writes it as "
+                    f"required (parquet_sink(required=...))"), what=f"sink {self.node!r}",
+                    fix="leave the column out of required=, or fill its nulls upstream")
         w.write(pa.RecordBatch.from_arrays(arrays, schema=self.output_schema), self._watermark)
         self.rows += batch.num_rows
         return []
