@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import epic
 from debs2013 import constants as C
@@ -51,11 +52,10 @@ from debs2013.readers import (SENSOR_SCHEMA, interruption_markers, read_game_int
                               read_metadata, shared_dir)
 from epic import serde
 from epic.errors import SpecError
-from epic.operator import repeat_runs
 
 __all__ = ["DebsOptions", "build_topology", "OUTPUT_FILES", "Q3_OUT_SCHEMA", "ListingOne",
            "GameState", "PlayClock", "ToPlayTime", "WindowToEvent", "Then", "q3_all_grids",
-           "q3_all_grids_chunked", "q3_out_schema", "data_span",
+           "q3_all_grids_chunked", "q3_out_schema", "q3_row_schema", "data_span",
            "grid_name", "QUERIES", "parquet_options"]
 
 QUERIES = ("q1", "q2", "q3", "q4")
@@ -73,6 +73,39 @@ def q3_out_schema(config: Q3Config = Q3Config()) -> pa.Schema:
 
 #: the default Q3 output schema (corners in whole millimetres)
 Q3_OUT_SCHEMA = q3_out_schema()
+
+#: The type of ``player_id`` and ``grid`` in the q3 rows on their way to the sinks.
+Q3_NAME_TYPE = pa.dictionary(pa.int32(), pa.string())
+
+
+def q3_row_schema(config: Q3Config = Q3Config()) -> pa.Schema:
+    """:func:`q3_out_schema` as the q3 rows flow from the windows to the sinks
+    (:func:`q3_all_grids`): ``player_id`` and ``grid`` dictionary-encoded, against the same
+    dictionary in every batch (the roster's names, the four grid names). The sinks write the
+    names (CSV) or the dictionary as it is (Parquet: no hashing of 10^8 names per game, q3
+    files read back as strings, docs/debs2013.md "Parquet")."""
+    out = q3_out_schema(config)
+    return pa.schema([f.with_type(Q3_NAME_TYPE) if f.name in ("player_id", "grid") else f
+                      for f in out], metadata=out.metadata)
+
+
+@functools.lru_cache(maxsize=8)
+def _names_array(names: tuple) -> pa.Array:
+    """One Arrow array per tuple of names: every q3 batch refers to the same dictionary."""
+    return pa.array(list(names), pa.string())
+
+
+def _player_indices(players_col: pa.Array, players: tuple) -> tuple[np.ndarray, pa.Array]:
+    """``(index per window row, dictionary)`` of a window batch's ``player_id`` column: the
+    roster's names ``players`` as the dictionary; a name not among them (or no roster) gets a
+    dictionary of this batch's own (correct, but a Parquet writer then writes the names plain)."""
+    if players:
+        dictionary = _names_array(tuple(players))
+        idx = pc.index_in(players_col, value_set=dictionary)
+        if not idx.null_count:
+            return idx.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), dictionary
+    enc = pc.dictionary_encode(players_col)
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int32), enc.dictionary
 
 _Q1_WINDOWS = (("1M", 60), ("5M", 300), ("20M", 1200), ("landmark", None))
 _Q2_WINDOWS = (("1min", 60), ("5min", 300), ("20min", 1200), ("landmark", None))
@@ -628,7 +661,8 @@ def _fold(row, cell, time, base: tuple[int, int], grid: tuple[int, int],
 
 
 def q3_all_grids_chunked(batch: pa.RecordBatch, config: Q3Config,
-                         max_rows: int = 500_000, folded: bool = False) -> list[pa.RecordBatch]:
+                         max_rows: int = 500_000, folded: bool = False,
+                         players: tuple = ()) -> list[pa.RecordBatch]:
     """:func:`q3_all_grids` over slices of ``batch``, so that no output batch holds much more
     than ``max_rows`` rows (a landmark window's rows over a long gap expand ~100-fold)."""
     n = batch.num_rows
@@ -644,14 +678,15 @@ def q3_all_grids_chunked(batch: pa.RecordBatch, config: Q3Config,
     out, start, acc = [], 0, 0
     for i, k in enumerate(per_row.tolist()):
         if acc and acc + k > max_rows:
-            out.append(q3_all_grids(batch.slice(start, i - start), config, folded))
+            out.append(q3_all_grids(batch.slice(start, i - start), config, folded, players))
             start, acc = i, 0
         acc += k
-    out.append(q3_all_grids(batch.slice(start), config, folded))
+    out.append(q3_all_grids(batch.slice(start), config, folded, players))
     return out
 
 
-def q3_all_grids(batch: pa.RecordBatch, config: Q3Config, folded: bool = False) -> pa.RecordBatch:
+def q3_all_grids(batch: pa.RecordBatch, config: Q3Config, folded: bool = False,
+                 players: tuple = ()) -> pa.RecordBatch:
     """Heat-map window output (key ``player_id``, ``window_start`` / ``window_end``, struct
     column ``heat`` of :class:`~debs2013.q3.HeatMap`) as q3 rows of all four grids.
 
@@ -665,16 +700,19 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config, folded: bool = False) 
     ``folded``: the heat cells are already those of the four grids (``HeatMap(base_grid,
     grids=C.Q3_GRIDS)``, ids one grid after another, ascending in each row), so each is one
     output row and only the percentages are computed (not with ``dense``).
+
+    The rows' schema is :func:`q3_row_schema`: ``players`` (the roster's names) is the
+    dictionary of their ``player_id`` column.
     """
     n = batch.num_rows
-    schema = q3_out_schema(config)
+    schema = q3_row_schema(config)
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=schema)
     if folded:
         if config.dense:
             raise SpecError("debs2013: q3_all_grids(folded=True) writes the non-zero cells only; "
                             "dense output folds at report time (folded=False)")
-        return _q3_folded_rows(batch, config, schema)
+        return _q3_folded_rows(batch, config, schema, players)
     row, cells, times, ends = _heat_columns(batch)
     denom = _denominators(batch, config, ends, row, times)
     first_cell = _cell_tables(config.corners)[2]
@@ -706,7 +744,7 @@ def q3_all_grids(batch: pa.RecordBatch, config: Q3Config, folded: bool = False) 
         first = np.cumsum(per[:, gi]) - per[:, gi]  # index in the part of each row's first
         pos = starts[pr, gi] + (np.arange(len(pr)) - first[pr])
         r[pos], gc[pos], pct[pos] = pr, pgc, pp
-    return _q3_batch(batch, config, schema, ends, r, gc, pct)
+    return _q3_batch(batch, config, schema, ends, r, gc, pct, players)
 
 
 def _heat_columns(batch: pa.RecordBatch):
@@ -732,35 +770,32 @@ def _denominators(batch, config: Q3Config, ends, row, times) -> np.ndarray:
     return (ends - starts).astype(np.float64)
 
 
-def _q3_batch(batch, config: Q3Config, schema: pa.Schema, ends, row, gc, pct) -> pa.RecordBatch:
+def _q3_batch(batch, config: Q3Config, schema: pa.Schema, ends, row, gc, pct,
+              players: tuple = ()) -> pa.RecordBatch:
     """The q3 rows of window rows ``row``, global cells ``gc`` (:func:`_cell_tables`) and
-    percentages ``pct``: ``ts`` = window end, the player, the cell's corners and grid name."""
+    percentages ``pct``: ``ts`` = window end, the player, the cell's corners and grid name (the
+    names as indices into fixed dictionaries, :func:`q3_row_schema`)."""
     grid_of, corners, _ = _cell_tables(config.corners)
-    names = pa.array([grid_name(gr) for gr in C.Q3_GRIDS], pa.string())
+    names = _names_array(tuple(grid_name(gr) for gr in C.Q3_GRIDS))
+    pid, dictionary = _player_indices(batch.column("player_id"), players)
     # ndarray.take: a fraction of fancy indexing's cost
     return pa.RecordBatch.from_arrays([
         pa.array(ends.take(row), pa.int64()),
-        _runs_take(batch.column("player_id"), row),
+        pa.DictionaryArray.from_arrays(pid.take(row), dictionary),
         *(pa.array(t.take(gc), schema.field(k).type) for k, t in enumerate(corners, start=2)),
         pa.array(pct, pa.float64()),
-        _runs_take(names, grid_of.take(gc)),
+        pa.DictionaryArray.from_arrays(_grid_index(config.corners).take(gc), names),
     ], schema=schema)
 
 
-def _runs_take(values: pa.Array, idx: np.ndarray) -> pa.Array:
-    """``values.take(idx)``; when ``idx`` comes in runs (a window row's or a grid's rows), by
-    :func:`epic.operator.repeat_runs`."""
-    n = len(idx)
-    if n < 2:
-        return values.take(pa.array(idx, pa.int64()))
-    heads = np.flatnonzero(idx[1:] != idx[:-1]) + 1
-    if len(heads) * 8 > n:
-        return values.take(pa.array(idx, pa.int64()))
-    starts = np.concatenate(([0], heads))
-    return repeat_runs(values.take(pa.array(idx.take(starts), pa.int64())), heads, n)
+@functools.lru_cache(maxsize=4)
+def _grid_index(corners: str) -> np.ndarray:
+    """Per global cell, its grid's number (int32: the q3 rows' ``grid`` indices)."""
+    return _cell_tables(corners)[0].astype(np.int32)
 
 
-def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema) -> pa.RecordBatch:
+def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema,
+                    players: tuple = ()) -> pa.RecordBatch:
     """:func:`q3_all_grids` of already folded heat cells: a row per cell, in the cells' order."""
     row, gc, times, ends = _heat_columns(batch)
     first_cell = _cell_tables(config.corners)[2]
@@ -775,7 +810,7 @@ def _q3_folded_rows(batch: pa.RecordBatch, config: Q3Config, schema: pa.Schema) 
     else:
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = np.where(d > 0, 100.0 * times / np.where(d > 0, d, 1.0), 0.0)
-    return _q3_batch(batch, config, schema, ends, row, gc, pct)
+    return _q3_batch(batch, config, schema, ends, row, gc, pct, players)
 
 
 def _fold_grids(row, cells, times, base: tuple, ascending: bool) -> dict:
@@ -983,8 +1018,8 @@ def build_topology(opts: DebsOptions = DebsOptions(), name: str = "debs2013") ->
                          aggregates=[hm], late=_LATE)
             rows = t.flat_map(f"q3_{label}_rows", w,
                               to_event(functools.partial(q3_all_grids_chunked, config=q3cfg,
-                                                         folded=folded)),
-                              schema=q3_out_schema(q3cfg), time="ts")
+                                                         folded=folded, players=roster.names)),
+                              schema=q3_row_schema(q3cfg), time="ts")
             sinks.add(f"q3_{label}", rows, Q3_OUT_SCHEMA.names)
     return t
 
@@ -1020,10 +1055,15 @@ def parquet_options(name: str, schema: pa.Schema) -> dict:
     q3_10M 135 -> 125 ns per row); float
     columns without dictionary, their values rarely repeat (q1b: 464 -> 137 ns and 31.8 ->
     26.0 bytes per row), except in the short q3 windows, where a player's percentages stay the
-    same for many seconds; q3_landmark's percentages as byte-stream split."""
+    same for many seconds; q3_landmark's percentages as byte-stream split. A file with
+    dictionary-typed columns (q3's names, :func:`q3_row_schema`) is written without the Arrow
+    schema (``store_schema``), so that a reader gets them as the strings they are."""
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
     opts: dict = {"write_statistics": [f.name for f in schema if not pa.types.is_string(f.type)
-                                       and not pa.types.is_large_string(f.type)]}
+                                       and not pa.types.is_large_string(f.type)
+                                       and not pa.types.is_dictionary(f.type)]}
+    if any(pa.types.is_dictionary(f.type) for f in schema):
+        opts["store_schema"] = False
     if name.startswith("q3_"):
         # every row group of a heat map holds (nearly) every cell: only its times prune
         opts["write_statistics"] = [n for n in ("entry_time", "write_time", "ts")

@@ -60,8 +60,11 @@ def step_of(tag_value: int) -> int:
 
 def topic_schema(user: pa.Schema, *, port: bool = False, rank: bool = False) -> pa.Schema:
     """A deploy topic's schema: the stream's columns, then the bookkeeping columns (``rank``:
-    :data:`RANK` too)."""
-    fields = list(user) + [pa.field(STEP, pa.int64()), pa.field(WM, pa.int64())]
+    :data:`RANK` too). A dictionary-encoded column is stored as its values (Spark has no
+    dictionary type, and an IPC file holds one dictionary per column, where each micro-batch
+    may bring its own); a reader casts it back to the stream's type."""
+    fields = [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
+              for f in user] + [pa.field(STEP, pa.int64()), pa.field(WM, pa.int64())]
     if port:
         fields.append(pa.field(PORT, pa.int32()))
     if rank:
@@ -73,7 +76,7 @@ def with_tags(batch: pa.RecordBatch, schema: pa.Schema, step_tag: int, wm: int |
               port: int | None = None) -> pa.RecordBatch:
     """``batch`` (user columns) with constant tag columns, labelled with ``schema``."""
     n = batch.num_rows
-    cols = [batch.column(f.name) for f in schema if f.name not in INTERNAL]
+    cols = [_as(batch.column(f.name), f.type) for f in schema if f.name not in INTERNAL]
     cols.append(pa.array(np.full(n, step_tag, dtype=np.int64)))
     cols.append(pa.array(np.full(n, NO_WM if wm is None else wm, dtype=np.int64)))
     if port is not None:
@@ -82,6 +85,11 @@ def with_tags(batch: pa.RecordBatch, schema: pa.Schema, step_tag: int, wm: int |
         cols.append(batch.column(RANK) if RANK in batch.schema.names
                     else pa.array(np.zeros(n, dtype=np.int64)))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _as(col, t: pa.DataType):
+    """``col`` as type ``t`` (a dictionary-encoded column decoded for a topic, :func:`topic_schema`)."""
+    return col if col.type == t else col.cast(t)
 
 
 def runs(*keys: np.ndarray) -> list[tuple[int, int]]:

@@ -242,7 +242,7 @@ def test_folded_heat_map_state_gives_the_rows_of_the_per_row_reference(base_grid
     states of the same maps: same rows in (window row, grid, cell) order, same corners, the
     same percentages to the last bit (the sums are the same integers)."""
     from debs2013 import constants as C
-    from debs2013.dataflow import q3_all_grids, q3_all_grids_chunked
+    from debs2013.dataflow import q3_all_grids, q3_all_grids_chunked, q3_out_schema
     from debs2013.q3 import base_shape
 
     rng = np.random.default_rng(len(base_grid) + len(denominator))
@@ -288,7 +288,10 @@ def test_folded_heat_map_state_gives_the_rows_of_the_per_row_reference(base_grid
         got = q3_all_grids(window_batch(res_f), cfg, folded=True)
         chunks = q3_all_grids_chunked(window_batch(res_f), cfg, max_rows=300, folded=True)
         assert len(chunks) > 1
-        assert pa.Table.from_batches(chunks).equals(pa.Table.from_batches([got]))
+        # the names as strings: without a roster each chunk has a dictionary of its own
+        out = q3_out_schema(cfg)
+        assert pa.Table.from_batches(chunks).cast(out).equals(
+            pa.Table.from_batches([got]).cast(out))
         got = got.to_pydict()
         exp = _reference_rows(window_batch(res_b), cfg, got)
         assert len(got["ts"]) == len(exp["ts"]) > 100
@@ -305,22 +308,27 @@ def test_a_folded_heat_map_needs_a_base_grid_that_refines_the_grids():
         HeatMap((64, 100, 13), C.Q3_GRIDS).result(np.zeros(7168, np.int64))
 
 
-def test_runs_take_equals_take():
-    """q3 rows' string columns (player, grid) are built by run-end decoding when their indices
-    come in runs: the same array as a take, whatever the indices (runs, random, empty, nulls)."""
-    from debs2013.dataflow import _runs_take
+def test_player_indices_refer_to_the_roster_or_to_the_batch():
+    """q3 rows' ``player_id`` (``dataflow._player_indices``): indices into the roster's names,
+    the same dictionary object for every batch (a Parquet writer then writes it as it is);
+    a name not in the roster, or no roster: a dictionary of the batch's own. Either way the
+    values are the batch's names, whatever their order, repeats or absence."""
+    from debs2013.dataflow import _player_indices
 
     rng = np.random.default_rng(7)
-    vals = pa.array(["Nick Gertje", None, "8x13", "", "64x100"])
-    for trial in range(300):
-        n = int(rng.integers(0, 400))
-        kind = trial % 3
-        if kind == 0:
-            idx = np.sort(rng.integers(0, 5, n))
-        elif kind == 1:
-            idx = rng.integers(0, 5, n)
-        else:
-            idx = np.repeat(rng.integers(0, 5, max(1, n // 50)), 50)[:n]
-        got = _runs_take(vals, idx.astype(np.int64))
-        assert got.type == pa.string()
-        assert got.equals(vals.take(pa.array(idx, pa.int64()))), (trial, idx)
+    roster = ("Nick Gertje", "Wili Sommer", "", "Erik Engelhardt")
+    seen = set()
+    for trial in range(200):
+        n = int(rng.integers(0, 60))
+        names = [roster[k] for k in rng.integers(0, len(roster), n)]
+        if trial % 4 == 3 and n:
+            names[int(rng.integers(0, n))] = "Not In Roster"
+        col = pa.array(names, pa.string())
+        for players in (roster, ()):
+            idx, dictionary = _player_indices(col, players)
+            assert idx.dtype == np.int32 and len(idx) == n
+            assert [dictionary[int(k)].as_py() for k in idx] == names, (trial, players)
+            if players and "Not In Roster" not in names:
+                seen.add(id(dictionary))
+                assert dictionary.to_pylist() == list(roster)
+    assert len(seen) == 1   # one dictionary for every batch
