@@ -333,14 +333,23 @@ class ParquetGroups:
         self._held.append(pa.RecordBatch.from_arrays(batch.columns, schema=self.schema))
         self._rows += batch.num_rows
         self._bytes += batch.nbytes
-        if self._rows >= PARQUET_GROUP_ROWS or self._bytes >= PARQUET_GROUP_BYTES:
-            self._submit()
+        while self._rows >= PARQUET_GROUP_ROWS or self._bytes >= PARQUET_GROUP_BYTES:
+            self._submit(PARQUET_GROUP_ROWS)
 
-    def _submit(self) -> None:
+    def _submit(self, limit: int | None = None) -> None:
+        """Write the held rows as a row group: at most ``limit`` of them, the rest held for the
+        next (a table of 1.4 M rows would otherwise be written as groups of 1 M and 0.4 M)."""
         if not self._held:
             return
         table = pa.Table.from_batches(self._held, schema=self.schema)
-        self._held, self._rows, self._bytes = [], 0, 0
+        self._held, rows, nbytes = [], self._rows, self._bytes
+        self._rows = self._bytes = 0
+        if limit is not None and table.num_rows > limit:
+            rest = table.slice(limit)
+            table = table.slice(0, limit)
+            self._held = [b for b in rest.to_batches() if b.num_rows]
+            self._rows = rest.num_rows
+            self._bytes = nbytes * rest.num_rows // rows
         self._wait()
         self._flight = self._pool.submit(self.writer.write_table, table,
                                          row_group_size=PARQUET_GROUP_ROWS)

@@ -608,6 +608,13 @@ class Topic:
         """
         if batch.schema.equals(self.schema):
             return batch
+        if len(self.schema) == batch.num_columns and \
+                any(pa.types.is_dictionary(t) for t in batch.schema.types):
+            # a dictionary-encoded column is stored as its values (epic.spark.tags.stored)
+            batch = pa.RecordBatch.from_arrays(
+                [c.cast(f.type) if pa.types.is_dictionary(c.type) and c.type.value_type == f.type
+                 else c for c, f in zip(batch.columns, self.schema)],
+                names=batch.schema.names)
         if not _same_columns(batch.schema, self.schema):
             raise TopologyError(
                 f"topic {self.uri}: schema mismatch: the topic has"

@@ -224,6 +224,30 @@ def test_parquet_sink_required_columns_are_written_without_definition_levels(tmp
     assert pq.read_table(tmp_path / "none.parquet").to_pylist() == rows
 
 
+def test_parquet_groups_are_whole_row_groups_whatever_the_batches(tmp_path):
+    """Batches of any size become row groups of PARQUET_GROUP_ROWS rows (the rest carried to
+    the next), not a full group and a short one per table that crossed the limit; the rows
+    and their order are kept."""
+    import numpy as np
+
+    from epic.sinks import PARQUET_GROUP_ROWS, ParquetGroups
+
+    schema = pa.schema([("ts", pa.int64()), ("v", pa.int32())])
+    n, start = 0, 0
+    with pq.ParquetWriter(tmp_path / "o.parquet", schema) as w, ParquetGroups(w, schema) as g:
+        for size in (700_000, 1, 650_000, 1_200_000, 3, 0, 400_000):
+            ts = np.arange(start, start + size, dtype=np.int64)
+            g.write(pa.record_batch([pa.array(ts), pa.array((ts % 7).astype(np.int32))],
+                                    schema=schema))
+            start += size
+            n += size
+    meta = pq.ParquetFile(tmp_path / "o.parquet").metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sizes == [PARQUET_GROUP_ROWS] * (n // PARQUET_GROUP_ROWS) + [n % PARQUET_GROUP_ROWS]
+    got = pq.read_table(tmp_path / "o.parquet")
+    assert got.column("ts").to_numpy().tolist() == list(range(n))
+
+
 def test_a_null_in_a_required_parquet_column_stops_the_run_naming_file_and_column(tmp_path):
     rows = events(20)
     rows[13]["v"] = None

@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from epic.errors import TopologyError
 from epic.spark import trace
-from epic.spark.tags import topic_schema
+from epic.spark.tags import stored, topic_schema
 from epic.topics import Topic
 from epic.topology import (FilterNode, FlatMapNode, MapNode, MergeNode, ProcessNode, SinkNode,
                            SourceNode, SplitNode, Stream, Topology, WindowNode)
@@ -619,7 +619,7 @@ class DeployPlan:
     @staticmethod
     def _create(node, path: str, schema, time, unit) -> None:
         try:
-            Topic.create(path, schema, time_column=time, time_unit=unit, exist_ok=True)
+            Topic.create(path, stored(schema), time_column=time, time_unit=unit, exist_ok=True)
         except TopologyError as exc:
             raise TopologyError(
                 f"node {node.name!r}: its topic {path} was created by an earlier deploy with "

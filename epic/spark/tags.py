@@ -60,11 +60,9 @@ def step_of(tag_value: int) -> int:
 
 def topic_schema(user: pa.Schema, *, port: bool = False, rank: bool = False) -> pa.Schema:
     """A deploy topic's schema: the stream's columns, then the bookkeeping columns (``rank``:
-    :data:`RANK` too). A dictionary-encoded column is stored as its values (Spark has no
-    dictionary type, and an IPC file holds one dictionary per column, where each micro-batch
-    may bring its own); a reader casts it back to the stream's type."""
-    fields = [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
-              for f in user] + [pa.field(STEP, pa.int64()), pa.field(WM, pa.int64())]
+    :data:`RANK` too). The batches between the nodes of a fused query have it as it is; the
+    topic itself stores :func:`stored` of it."""
+    fields = list(user) + [pa.field(STEP, pa.int64()), pa.field(WM, pa.int64())]
     if port:
         fields.append(pa.field(PORT, pa.int32()))
     if rank:
@@ -72,11 +70,22 @@ def topic_schema(user: pa.Schema, *, port: bool = False, rank: bool = False) -> 
     return pa.schema(fields)
 
 
+def stored(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as a topic stores it: a dictionary-encoded column as its values (Spark has no
+    dictionary type, and an Arrow IPC file holds one dictionary per column where each
+    micro-batch may bring its own). A topic's writer decodes such a column
+    (:meth:`epic.topics.Topic.conform`), a reader casts it back to the stream's type."""
+    if not any(pa.types.is_dictionary(f.type) for f in schema):
+        return schema
+    return pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                      for f in schema], metadata=schema.metadata)
+
+
 def with_tags(batch: pa.RecordBatch, schema: pa.Schema, step_tag: int, wm: int | None,
               port: int | None = None) -> pa.RecordBatch:
     """``batch`` (user columns) with constant tag columns, labelled with ``schema``."""
     n = batch.num_rows
-    cols = [_as(batch.column(f.name), f.type) for f in schema if f.name not in INTERNAL]
+    cols = [batch.column(f.name) for f in schema if f.name not in INTERNAL]
     cols.append(pa.array(np.full(n, step_tag, dtype=np.int64)))
     cols.append(pa.array(np.full(n, NO_WM if wm is None else wm, dtype=np.int64)))
     if port is not None:
@@ -85,11 +94,6 @@ def with_tags(batch: pa.RecordBatch, schema: pa.Schema, step_tag: int, wm: int |
         cols.append(batch.column(RANK) if RANK in batch.schema.names
                     else pa.array(np.zeros(n, dtype=np.int64)))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
-
-
-def _as(col, t: pa.DataType):
-    """``col`` as type ``t`` (a dictionary-encoded column decoded for a topic, :func:`topic_schema`)."""
-    return col if col.type == t else col.cast(t)
 
 
 def runs(*keys: np.ndarray) -> list[tuple[int, int]]:
