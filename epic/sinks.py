@@ -308,8 +308,9 @@ PARQUET_GROUP_BYTES = 64 << 20
 
 
 class ParquetGroups:
-    """Batches into a ``ParquetWriter`` in row groups of about :data:`PARQUET_GROUP_ROWS` rows
-    (or :data:`PARQUET_GROUP_BYTES`), each encoded and written on a background thread while the
+    """Batches into a ``ParquetWriter`` in row groups of :data:`PARQUET_GROUP_ROWS` rows (or
+    fewer, at :data:`PARQUET_GROUP_BYTES` and at the end; a batch that crosses the limit is
+    split), each encoded and written on a background thread while the
     caller goes on (pyarrow releases the GIL: the window or report that makes the next rows
     runs meanwhile), one row group at most in flight. :meth:`close` writes what is held and
     waits; a failed write raises there or at the next :meth:`write`. As a context manager, on

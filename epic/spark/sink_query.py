@@ -416,7 +416,7 @@ def file_sink_writer(node, *, checkpoint: str, workdir: str, ordered: str | None
                 # joined file, fsyncs that and deletes the part; a crash before the commit
                 # replays the batch, which writes the part again under the same name. So its
                 # bytes need not reach the disk at all (a DEBS deploy's Parquet went to the
-                # disk twice: 5.7 GB written for 2.8 GB of output).
+                # disk twice: 6.5 GB written for 2.8 GB of output).
                 with atomic_path(final, fsync=False, tmp_dir=os.path.join(meta, "_tmp")) as tmp, \
                         pq.ParquetWriter(tmp, schema, **sink.writer_options(schema)) as w, \
                         ParquetGroups(w, schema) as groups:
