@@ -163,6 +163,28 @@ def test_team_slices_and_window_percent():
     assert at4["A"]["time_percent"] == pytest.approx(200 / 3)
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 300])
+def test_team_rows_match_a_row_by_row_reference(n):
+    """Two rows per emission, A then B, ``time_percent = 100 * time / (A + B)`` computed as
+    Python does it, 0 when both are 0 (some emissions have a zero team or both)."""
+    rng = np.random.default_rng(n)
+    ta = rng.integers(0, 10**13, n) * 1e-12
+    tb = rng.integers(0, 10**13, n) * 1e-12
+    ta[: n // 3] = 0.0
+    tb[: n // 5] = 0.0
+    ends = np.arange(n, dtype=np.int64) * PS + 7
+    batch = pa.record_batch([pa.array(ends), pa.StructArray.from_arrays(
+        [pa.array(ta), pa.array(tb)], names=["time_a", "time_b"])], names=["window_end", "share"])
+    want = []
+    for t, a, b in zip(ends.tolist(), ta.tolist(), tb.tolist()):
+        for team, v in (("A", a), ("B", b)):
+            want.append({"ts": t, "team_id": team, "time": v,
+                         "time_percent": 100.0 * v / (a + b) if a + b > 0 else 0.0})
+    got = team_rows(batch)
+    assert got.schema.names == ["ts", "team_id", "time", "time_percent"]
+    assert got.to_pylist() == want
+
+
 def test_cut_invariance_and_snapshots():
     """Random cuts and snapshot/restore give identical hitter and possession output."""
     rows = keepers() + body((47, 16), 10000, 0) + body((63, 64), 10500, 300)
