@@ -945,68 +945,7 @@ def _split_codes(codes: np.ndarray, values: list):
     return [(values[uniq[j]], splits[j]) for j in appearance]
 
 
-def _numeric_numpy_dtype(typ: pa.DataType):
-    """The numpy dtype whose arrays are ``typ``'s values as they are (integers, floats,
-    booleans), else None."""
-    if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ):
-        return np.dtype(typ.to_pandas_dtype())
-    return None
-
-
-def _list_of_arrays(arrays: list, typ: pa.ListType):
-    """``pa.array(arrays, typ)`` for 1-D numpy arrays of exactly ``typ``'s value dtype, built
-    from their concatenation and offsets; None where that does not apply (any other value,
-    more than 2^31 - 1 values)."""
-    dt = _numeric_numpy_dtype(typ.value_type)
-    if dt is None:
-        return None
-    for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != dt or a.ndim != 1:
-            return None
-    offsets = np.zeros(len(arrays) + 1, np.int64)
-    np.cumsum([len(a) for a in arrays], out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:
-        return None
-    values = np.concatenate(arrays) if arrays else np.zeros(0, dt)
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                    pa.array(values, typ.value_type), type=typ)
-
-
-def _struct_of_arrays(values: list, typ: pa.DataType):
-    """``pa.array(values, typ)`` for a struct of lists of numbers whose every value is a dict
-    with exactly its fields, each a 1-D numpy array of the list's value dtype (``HeatMap``'s
-    sparse maps): the arrays are concatenated once per field instead of converted one by one
-    (about 5x less time for DEBS Q3's windows, docs/performance.md, session 44). None where
-    that does not apply: ``pa.array`` converts (and checks) those values."""
-    if not values or not pa.types.is_struct(typ) or typ.num_fields == 0:
-        return None
-    fields = [typ.field(i) for i in range(typ.num_fields)]
-    if not all(pa.types.is_list(f.type) for f in fields):
-        return None
-    names = {f.name for f in fields}
-    for v in values:
-        if type(v) is not dict or len(v) != len(names) or not names.issuperset(v):
-            return None
-    children = []
-    for f in fields:
-        child = _list_of_arrays([v[f.name] for v in values], f.type)
-        if child is None:
-            return None
-        children.append(child)
-    return pa.StructArray.from_arrays(children, fields=fields)
-
-
 def to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
-    """An aggregate's results as an Arrow array of its declared type ``typ``; numpy arrays
-    under a list type, or dicts of them under a struct of lists, take a path that concatenates
-    them (:func:`_struct_of_arrays`). Raises ``SpecError`` naming ``name`` when a value does
-    not fit ``typ``."""
-    if pa.types.is_list(typ) and values:
-        fast = _list_of_arrays(values, typ)
-    else:
-        fast = _struct_of_arrays(values, typ)
-    if fast is not None:
-        return fast
     try:
         return pa.array(values, type=typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
