@@ -775,14 +775,15 @@ def _q3_batch(batch, config: Q3Config, schema: pa.Schema, ends, row, gc, pct,
     """The q3 rows of window rows ``row``, global cells ``gc`` (:func:`_cell_tables`) and
     percentages ``pct``: ``ts`` = window end, the player, the cell's corners and grid name (the
     names as indices into fixed dictionaries, :func:`q3_row_schema`)."""
-    grid_of, corners, _ = _cell_tables(config.corners)
+    corners = _cell_tables(config.corners)[1]
     names = _names_array(tuple(grid_name(gr) for gr in C.Q3_GRIDS))
-    pid, dictionary = _player_indices(batch.column("player_id"), players)
+    player = batch.column("player_id")
+    pid, dictionary = _player_indices(player, players)
     # ndarray.take: a fraction of fancy indexing's cost. The indices are in their dictionaries'
     # range by construction (the roster's or this batch's own, a fixed table of grids), so
     # from_arrays skips checking them again (safe=False: half the cost of these columns);
     # a null player (no index) is checked, and refused.
-    checked = batch.column("player_id").null_count > 0
+    checked = player.null_count > 0
     return pa.RecordBatch.from_arrays([
         pa.array(ends.take(row), pa.int64()),
         pa.DictionaryArray.from_arrays(pid.take(row), dictionary, safe=checked),

@@ -76,7 +76,7 @@ def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
 def repeat_runs(run_values: pa.Array, heads: np.ndarray, n: int) -> pa.Array:
     """``n`` values in runs: ``run_values[k]`` from ``heads[k - 1]`` (0 for the first run) up to
     ``heads[k]`` (``n`` for the last), by run-end decoding: about half the cost of a take for
-    strings (q3's player names: 9 -> 4.5 ns per row)."""
+    strings (9 -> 4.5 ns per row of names in runs, measured on DEBS q3's rows)."""
     ends = np.append(heads, n).astype(np.int32 if n < 2**31 else np.int64)
     return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends), run_values))
 
